@@ -1,0 +1,5 @@
+import sys
+
+from deltachip.cli import main
+
+sys.exit(main())

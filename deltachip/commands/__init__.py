@@ -1,0 +1,1 @@
+"""Subcommands of the ``deltachip`` CLI, one module each (see ``deltachip.cli``)."""

@@ -1,0 +1,252 @@
+"""The netlist IR: one flat DAG of primitive operations on bit-vectors.
+
+Takes: nothing (this module defines the data structure; ``hdl.elaborate`` builds it and
+every later stage reads it). Gives: :class:`Circuit`, :class:`Node`, :class:`Op`,
+:class:`Memory`, :class:`TokenKind`, :class:`Loc`, and :func:`Circuit.check` / :func:`Circuit.graph`.
+
+The documentation of every op, with its exact semantics, is ``docs/ir.md``. The rules, in
+short: a node's value is an unsigned integer of ``node.width`` bits (1..64); arguments are
+node ids that come earlier in ``Circuit.nodes`` (the list is in topological order); sink
+nodes (``MEM_WRITE``, ``TOKEN_OUT``) have width 0 and no value.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+MAX_WIDTH = 64
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location: file path as the user gave it, 1-based line and column."""
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NOLOC = Loc("<builtin>", 0, 0)
+
+
+class Op(str, enum.Enum):
+    """The primitive operations. See docs/ir.md for each one's exact semantics."""
+    CONST = "const"          # param: int value (0 <= value < 2**width); no args
+    TOKEN_KIND = "tok_kind"  # the current token's kind index; no args
+    TOKEN_FIELD = "tok_field"  # param: (kind index, field index); value, or 0 if another kind
+    AND = "and"              # args (a, b), equal widths
+    OR = "or"
+    XOR = "xor"
+    NOT = "not"              # args (a,)
+    ADD = "add"              # args (a, b), equal widths = node width; mod 2**width
+    SUB = "sub"
+    MUL = "mul"              # low `width` bits of the product; args widths == node width
+    EQ = "eq"                # width 1; args equal widths
+    ULT = "ult"              # width 1; unsigned a < b
+    SLT = "slt"              # width 1; signed (two's complement) a < b
+    SHL = "shl"              # args (a, amount): a << amount, 0 if amount >= width
+    LSHR = "lshr"            # a >> amount (logical), 0 if amount >= width
+    ASHR = "ashr"            # arithmetic shift right, sign fill if amount >= width
+    SLICE = "slice"          # param: lo; args (a,): bits lo .. lo+width-1 of a
+    CONCAT = "concat"        # args high .. low; width = sum of arg widths
+    MUX = "mux"              # args (sel, if0, if1): sel (width 1) ? if1 : if0
+    MEM_READ = "mem_read"    # param: memory name; args (addr,); read-under-write "old"
+    MEM_WRITE = "mem_write"  # param: memory name; args (addr, data, enable); sink
+    TOKEN_OUT = "tok_out"    # args (kind, *fields of kind 0, *fields of kind 1, ...); sink
+    INPUT = "input"          # param: port name; a module's input port (modules only); no args
+    OUTPUT = "output"        # param: port name; args (value,); a module's output port; sink
+
+
+SINKS = frozenset({Op.MEM_WRITE, Op.TOKEN_OUT, Op.OUTPUT})
+BINARY_SAME_WIDTH = frozenset({Op.AND, Op.OR, Op.XOR, Op.ADD, Op.SUB, Op.MUL})
+COMPARES = frozenset({Op.EQ, Op.ULT, Op.SLT})
+SHIFTS = frozenset({Op.SHL, Op.LSHR, Op.ASHR})
+
+
+@dataclass(frozen=True)
+class Node:
+    """One IR node. ``id`` is its index in ``Circuit.nodes``; ``name`` the source signal it
+    drives (hierarchical, e.g. ``alu.sum``) when it is a named signal, else None."""
+    id: int
+    op: Op
+    width: int
+    args: tuple[int, ...] = ()
+    param: Any = None
+    loc: Loc = NOLOC
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A memory: ``kind`` is "rom" or "ram"; ``width`` bits per word, ``depth`` words.
+    ``image`` is the default ROM image path (resolved, absolute) or None; ``init`` the
+    default contents as a tuple of ints (ROMs with an image; empty = zeros).
+    ``read_under_write`` is always "old": a read sees the contents at the start of the step."""
+    name: str
+    kind: str
+    width: int
+    depth: int
+    loc: Loc
+    image: str | None = None
+    init: tuple[int, ...] = ()
+    read_under_write: str = "old"
+
+    @property
+    def addr_width(self) -> int:
+        return max(1, (self.depth - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    width: int
+    signed: bool = False
+
+
+@dataclass(frozen=True)
+class TokenKind:
+    """A token kind of the top circuit: its payload fields in declaration order."""
+    name: str
+    fields: tuple[Field, ...]
+    loc: Loc
+    halt: bool = False
+
+    @property
+    def payload_bits(self) -> int:
+        return sum(f.width for f in self.fields)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A concrete token value: a kind index and one int per field (unsigned encoding)."""
+    kind: int
+    fields: tuple[int, ...] = ()
+
+
+@dataclass
+class Circuit:
+    """A whole elaborated circuit. ``nodes`` is in topological order (args precede users).
+    ``names`` maps every named source signal (hierarchical) to its node id.
+    ``start`` is the default first token, if the source declares one.
+
+    A top ``circuit`` has token kinds, memories and one TOKEN_OUT, and no INPUT/OUTPUT.
+    An elaborated ``module`` (for testing it alone) has INPUT and OUTPUT nodes instead, no
+    kinds and no memories; ``ports`` lists its ports in declaration order as
+    (name, "in"|"out", width, signed)."""
+    name: str
+    loc: Loc
+    nodes: list[Node] = field(default_factory=list)
+    memories: dict[str, Memory] = field(default_factory=dict)
+    kinds: list[TokenKind] = field(default_factory=list)
+    start: Token | None = None
+    names: dict[str, int] = field(default_factory=dict)
+    ports: list[tuple[str, str, int, bool]] = field(default_factory=list)
+
+    # ---- construction -------------------------------------------------------------------
+    def add(self, op: Op, width: int, args: tuple[int, ...] = (), param: Any = None,
+            loc: Loc = NOLOC, name: str | None = None) -> int:
+        """Append a node and return its id (no checking here; see :meth:`check`)."""
+        nid = len(self.nodes)
+        self.nodes.append(Node(nid, op, width, tuple(args), param, loc, name))
+        return nid
+
+    @property
+    def kind_width(self) -> int:
+        return max(1, (len(self.kinds) - 1).bit_length())
+
+    def kind_index(self, name: str) -> int:
+        for i, k in enumerate(self.kinds):
+            if k.name == name:
+                return i
+        raise KeyError(name)
+
+    # ---- queries ------------------------------------------------------------------------
+    def token_out(self) -> Node:
+        outs = [n for n in self.nodes if n.op is Op.TOKEN_OUT]
+        if len(outs) != 1:
+            raise ValueError(f"circuit {self.name} has {len(outs)} TOKEN_OUT nodes, expected 1")
+        return outs[0]
+
+    def writes(self, memory: str | None = None) -> list[Node]:
+        return [n for n in self.nodes if n.op is Op.MEM_WRITE and (memory is None or n.param == memory)]
+
+    def graph(self) -> nx.DiGraph:
+        """The dependency graph: an edge a -> b when node b reads node a."""
+        g = nx.DiGraph()
+        g.add_nodes_from(n.id for n in self.nodes)
+        g.add_edges_from((a, n.id) for n in self.nodes for a in n.args)
+        return g
+
+    def check(self) -> None:
+        """Validate every structural rule of docs/ir.md; raise ValueError naming the node."""
+        kinds = self.kinds
+        for n in self.nodes:
+            def bad(msg: str) -> None:
+                raise ValueError(f"{n.loc}: IR node {n.id} ({n.op.value}): {msg}")
+            if any(a >= n.id or a < 0 for a in n.args):
+                bad("argument does not precede the node")
+            w = [self.nodes[a].width for a in n.args]
+            if n.op in SINKS:
+                if n.width != 0:
+                    bad("sinks have width 0")
+            elif not 1 <= n.width <= MAX_WIDTH:
+                bad(f"width {n.width} outside 1..{MAX_WIDTH}")
+            if any(x == 0 for x in w):
+                bad("reads a sink")
+            op = n.op
+            if op is Op.CONST:
+                if not (isinstance(n.param, int) and 0 <= n.param < (1 << n.width)) or n.args:
+                    bad(f"constant {n.param!r} does not fit {n.width} bits")
+            elif op is Op.TOKEN_KIND:
+                if n.width != self.kind_width:
+                    bad("kind width")
+            elif op is Op.TOKEN_FIELD:
+                k, f = n.param
+                if n.width != kinds[k].fields[f].width:
+                    bad("field width")
+            elif op in BINARY_SAME_WIDTH:
+                if len(w) != 2 or w[0] != w[1] or w[0] != n.width:
+                    bad(f"operand widths {w} vs {n.width}")
+            elif op is Op.NOT:
+                if w != [n.width]:
+                    bad("operand width")
+            elif op in COMPARES:
+                if len(w) != 2 or w[0] != w[1] or n.width != 1:
+                    bad("compare widths")
+            elif op in SHIFTS:
+                if len(w) != 2 or w[0] != n.width:
+                    bad("shift widths")
+            elif op is Op.SLICE:
+                if len(w) != 1 or not (0 <= n.param and n.param + n.width <= w[0]):
+                    bad("slice range")
+            elif op is Op.CONCAT:
+                if not w or sum(w) != n.width:
+                    bad("concat width")
+            elif op is Op.MUX:
+                if len(w) != 3 or w[0] != 1 or w[1] != w[2] or w[1] != n.width:
+                    bad("mux widths")
+            elif op is Op.MEM_READ:
+                m = self.memories.get(n.param)
+                if m is None or len(w) != 1 or n.width != m.width:
+                    bad("memory read")
+            elif op is Op.MEM_WRITE:
+                m = self.memories.get(n.param)
+                if m is None or m.kind != "ram" or len(w) != 3 or w[1] != m.width or w[2] != 1:
+                    bad("memory write")
+            elif op is Op.INPUT:
+                if n.args or not isinstance(n.param, str):
+                    bad("input port")
+            elif op is Op.OUTPUT:
+                if len(w) != 1 or not isinstance(n.param, str):
+                    bad("output port")
+            elif op is Op.TOKEN_OUT:
+                want = [self.kind_width] + [f.width for k in kinds for f in k.fields]
+                if w != want:
+                    bad(f"token out widths {w}, expected {want}")
+        if self.kinds:
+            self.token_out()
