@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# Set up a virtual environment from scratch (if missing) and run the default test suite.
-# Usage: bash scripts/test.sh [pytest args]
+# Set up .venv from scratch if needed, then run the default test suite (slow tests excluded).
+# Usage: bash scripts/test.sh [pytest args]     e.g. bash scripts/test.sh -m slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+bash scripts/setup.sh
 exec .venv/bin/python -m pytest "$@"

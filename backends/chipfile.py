@@ -1,0 +1,60 @@
+"""The IR as JSON, so that a compiled directory carries its own circuit.
+
+Takes / gives: :class:`hdl.ir.Circuit` <-> a JSON-able dict (``circuit_to_json`` /
+``circuit_from_json``). Memory images are stored apart (``chip.json`` "roms"), not in the
+nodes. Round trip is exact: same nodes, params, locations, names, kinds and memories.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hdl.ir import Circuit, Field, Loc, Memory, Node, Op, Token, TokenKind
+
+
+def _loc(loc: Loc) -> list:
+    return [loc.file, loc.line, loc.col]
+
+
+def circuit_to_json(c: Circuit) -> dict[str, Any]:
+    files: dict[str, int] = {}
+
+    def floc(loc: Loc) -> list:
+        i = files.setdefault(loc.file, len(files))
+        return [i, loc.line, loc.col]
+    nodes = []
+    for n in c.nodes:
+        param = list(n.param) if isinstance(n.param, tuple) else n.param
+        nodes.append([n.op.value, n.width, list(n.args), param, floc(n.loc), n.name])
+    return {
+        "name": c.name, "loc": _loc(c.loc),
+        "nodes": nodes,
+        "files": sorted(files, key=files.get),
+        "memories": [{"name": m.name, "kind": m.kind, "width": m.width, "depth": m.depth,
+                      "loc": _loc(m.loc), "image": m.image} for m in c.memories.values()],
+        "kinds": [{"name": k.name, "loc": _loc(k.loc), "halt": k.halt,
+                   "fields": [[f.name, f.width, f.signed] for f in k.fields]} for k in c.kinds],
+        "start": None if c.start is None else [c.start.kind, list(c.start.fields)],
+        "names": c.names,
+    }
+
+
+def circuit_from_json(d: dict[str, Any], images: dict[str, list[int]] | None = None) -> Circuit:
+    """The circuit; ``images`` gives each memory's ``init`` (default: empty)."""
+    files = d["files"]
+    images = images or {}
+    c = Circuit(d["name"], Loc(*d["loc"]))
+    for i, (op, width, args, param, (fi, line, col), name) in enumerate(d["nodes"]):
+        op = Op(op)
+        if isinstance(param, list):
+            param = tuple(param)
+        c.nodes.append(Node(i, op, width, tuple(args), param, Loc(files[fi], line, col), name))
+    for m in d["memories"]:
+        c.memories[m["name"]] = Memory(m["name"], m["kind"], m["width"], m["depth"],
+                                       Loc(*m["loc"]), m["image"],
+                                       tuple(images.get(m["name"], ())))
+    c.kinds = [TokenKind(k["name"], tuple(Field(*f) for f in k["fields"]), Loc(*k["loc"]),
+                         k["halt"]) for k in d["kinds"]]
+    if d["start"] is not None:
+        c.start = Token(d["start"][0], tuple(d["start"][1]))
+    c.names = dict(d["names"])
+    return c

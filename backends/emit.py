@@ -1,0 +1,378 @@
+"""Emission: a scheduled :class:`backends.lower.Program` -> Qwen3.5 tensors and a checkpoint.
+
+Takes: the Program, the dtype. Gives: :class:`Numerics` (every scale constant, all powers
+of two), the state dict (names exactly as ``Qwen3_5ForCausalLM`` uses them), the config and
+``chip.json``; :func:`write_checkpoint` writes ``config.json``, ``model.safetensors`` and
+``chip.json`` into a directory atomically (temp directory, then rename).
+
+Layout of the residual stream: dims ``0 .. n_b-1`` hold the ballast B_res on every token;
+lane ``l`` of the Program is dim ``n_b + l``. Every pre-norm multiplies by exactly
+``2**-m`` (``n_b * B_res**2 / H = 4**m``), so a sublayer reads lane values ``v * 2**-m`` and
+the normalised ballast ``cb = sqrt(H / n_b)`` as its bias input.
+
+- MLP neuron ``relu(T)``: gate row = K*T (lanes weighted K*coef*2**m, constant K*c/cb on
+  dim 0), up row = 1/(K*cb) on dim 0, down column = the neuron's output weights.
+- GDN memory bank (one key head + its GQA value heads): query = Kq * [addr == row] from the
+  current token (conv tap kernel-1) via silu(Kq * (matches - nbits + 1)), plus Kq on the
+  reserved last row when queries are two-hot; key = Kk * [addr == row and en] from the
+  previous token (conv tap kernel-2); values = B_v on the ballast columns and Vs * bit on
+  the data columns, from the previous token; beta = 1, decay 0 (a = 0, dt_bias = -1024),
+  z = Z; out_proj maps data column -> read lane with weight
+  B_v * sqrt(n_bv) / (sqrt(d_v) * Vs * Z).
+- Embedding row of token (kind k, payload p): ballast, kind bits, field bits of kind k.
+- lm_head row: sum over the kind bits and kind k's payload bits of (2p-1)(2y-1), minus the
+  payload width: the correct token scores the number of kind bits, any other at least 2 less.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from hdl.ir import Circuit
+from backends.chipfile import circuit_to_json
+from backends.lower import Form, Program, lin
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+FORMAT = "deltachip-chip/1"
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Every constant of the exact construction (exponents of powers of two)."""
+    hidden: int
+    n_b: int            # ballast lanes in the residual
+    b_res: int          # B_res = 2**b_res
+    m: int              # pre-norm scale 2**-m
+    cb: int             # normalised ballast = 2**cb
+    k: int = 7          # K = 128 for relu units
+    kq: int = 7         # key/query magnitude 128 before silu
+    vs: int = 5         # Vs = 32
+    z: int = 6          # Z = 64
+    b_v: int = 26       # value ballast 2**26
+    n_bv: int = 1       # value ballast columns per value head
+
+
+def choose_numerics(prog: Program) -> Numerics:
+    """Hidden width, ballast and scales for ``prog`` (valid for bf16 and fp32 alike)."""
+    H, n_b = prog.target.hidden_for(len(prog.lanes))
+    sumsq = sum(max(ln.lo * ln.lo, ln.hi * ln.hi) for ln in prog.lanes) + 1
+    # fp32 needs n_b*B^2 >= 2^24 * sum s^2 (bf16 needs 2^9); keep 2 bits of margin
+    e = math.ceil((26 + math.log2(sumsq) - math.log2(n_b)) / 2)
+    k4 = round(math.log(H // n_b, 4))
+    e = max(e, k4 + 3)                      # mean square >= 16 (eps vanishes)
+    m = e - k4                              # n_b * 4^e / H = 4^(e - k4)
+    return Numerics(hidden=H, n_b=n_b, b_res=e, m=m, cb=k4,
+                    n_bv=prog.target.value_ballast)
+
+
+def addr_match(addr: list[Form], a: int, extra: list[Form] = ()) -> Form | None:
+    """sum of bit matches (addr == a) plus ``extra`` bits, minus (count - 1): 1 iff all
+    match and all extra bits are 1, <= 0 otherwise. None if ``a`` is not reachable."""
+    if a >> len(addr):
+        return None
+    parts = [(1, x) if (a >> i) & 1 else (-1, x) for i, x in enumerate(addr)]
+    c = sum(1 for i in range(len(addr)) if not (a >> i) & 1)
+    parts += [(1, x) for x in extra]
+    return lin(parts, c - (len(addr) + len(extra) - 1))
+
+
+class _Mat:
+    """A dense fp32 matrix filled from integer forms with power-of-two scales."""
+
+    def __init__(self, rows: int, cols: int, num: Numerics):
+        self.w = torch.zeros(rows, cols, dtype=torch.float32)
+        self.num = num
+
+    def form(self, row: int, f: Form, scale: float) -> None:
+        """Row ``row`` reads ``scale * f`` from the normalised residual."""
+        n = self.num
+        s_lane = scale * 2.0 ** n.m
+        for lane, w in f.t.items():
+            self.w[row, n.n_b + lane] += w * s_lane
+        if f.c:
+            self.w[row, 0] += f.c * scale / 2.0 ** n.cb
+
+
+def config_dict(prog: Program, num: Numerics, layers: int, inter: int, nk: int, vocab: int,
+                dtype: str) -> dict[str, Any]:
+    t = prog.target
+    return dict(
+        architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text",
+        vocab_size=vocab, hidden_size=num.hidden, intermediate_size=inter,
+        num_hidden_layers=layers + 1, num_attention_heads=1, num_key_value_heads=1, head_dim=64,
+        linear_conv_kernel_dim=t.conv_kernel, linear_key_head_dim=t.d_k,
+        linear_value_head_dim=t.d_v, linear_num_key_heads=nk,
+        linear_num_value_heads=nk * t.v_per_k,
+        layer_types=["linear_attention"] * layers + ["full_attention"],
+        rms_norm_eps=t.rms_eps, tie_word_embeddings=False, hidden_act="silu",
+        max_position_embeddings=1 << 20, dtype={"bf16": "bfloat16", "fp32": "float32"}[dtype],
+        full_attention_interval=layers + 1)
+
+
+def complete_state_dict(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> None:
+    """Add zeros for every parameter of the model that ``sd`` lacks (the trailing
+    full-attention layer, which only exists so that caches report a sequence length and
+    ``generate()`` works; its output projection and MLP are zero, so it adds exactly 0)."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    cfg = Qwen3_5TextConfig(**{k: v for k, v in config.items() if k not in ("architectures", "model_type", "dtype")})
+    with torch.device("meta"):
+        model = Qwen3_5ForCausalLM(cfg)
+    want = model.state_dict()
+    extra = set(sd) - set(want)
+    if extra:
+        raise AssertionError(f"tensors the model does not have: {sorted(extra)[:3]}")
+    for k, v in want.items():
+        if k not in sd:
+            sd[k] = torch.zeros(v.shape, dtype=torch.float32)
+        elif tuple(sd[k].shape) != tuple(v.shape):
+            raise AssertionError(f"{k}: built {tuple(sd[k].shape)}, model has {tuple(v.shape)}")
+
+
+def token_table(c: Circuit) -> list[dict[str, Any]]:
+    """Per kind: id offset, payload bits and fields (payload = fields, first field lowest)."""
+    out, off = [], 0
+    for k in c.kinds:
+        out.append({"name": k.name, "offset": off, "payload_bits": k.payload_bits,
+                    "halt": k.halt, "fields": [[f.name, f.width, f.signed] for f in k.fields]})
+        off += 1 << k.payload_bits
+    return out
+
+
+def build(prog: Program, roms: dict[str, list[int]] | None = None
+          ) -> tuple[Numerics, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """(numerics, fp32 state dict, config kwargs sans dtype, layout info for chip.json)."""
+    num = choose_numerics(prog)
+    t = prog.target
+    c = prog.circuit
+    H = num.hidden
+    L = prog.n_layers
+    K, KQ, VS, Z, BV = (2.0 ** x for x in (num.k, num.kq, num.vs, num.z, num.b_v))
+    inter = t.mlp_width or max([1] + [prog.neurons_in(i) for i in range(L)])
+    need_k = [0] * L
+    for p in prog.mems.values():
+        need_k[p.layer] = max(need_k[p.layer], p.first_khead + p.kheads)
+    nk = t.k_heads or max([1] + need_k)
+    g = t.v_per_k
+    nv, dk, dv = nk * g, t.d_k, t.d_v
+    kd, vd = nk * dk, nv * dv
+    kern = t.conv_kernel
+    sd: dict[str, torch.Tensor] = {}
+    z = lambda *s: torch.zeros(*s, dtype=torch.float32)
+    kinds = token_table(c)
+    vocab = sum(1 << k["payload_bits"] for k in kinds)
+    # ---- embedding ----
+    E = z(vocab, H)
+    E[:, :num.n_b] = 2.0 ** num.b_res
+    for ki, k in enumerate(kinds):
+        ids = torch.arange(1 << k["payload_bits"])
+        rows = slice(k["offset"], k["offset"] + len(ids))
+        for i, ln in enumerate(prog.kind_lanes):
+            E[rows, num.n_b + ln] = float((ki >> i) & 1)
+        bit = 0
+        for fl in prog.field_lanes[ki]:
+            for ln in fl:
+                E[rows, num.n_b + ln] = ((ids >> bit) & 1).float()
+                bit += 1
+    sd["model.embed_tokens.weight"] = E
+    # ---- layers ----
+    wout = BV * math.sqrt(num.n_bv) / (math.sqrt(dv) * VS * Z)
+    assert math.log2(wout).is_integer(), wout
+    for li in range(L):
+        pre = f"model.layers.{li}."
+        qkv = _Mat(2 * kd + vd, H, num)
+        zp = _Mat(vd, H, num)
+        out = z(H, vd)
+        conv = z(2 * kd + vd, 1, kern)
+        conv[:kd, 0, kern - 1] = 1.0                 # queries: current token
+        conv[kd:, 0, kern - 2] = 1.0                 # keys, values: previous token
+        for p in prog.mems.values():
+            if p.layer != li:
+                continue
+            ports = p.reads if p.reads else [None]
+            wr = p.writes[0] if p.writes else None
+            for pi, port in enumerate(ports):
+                for rb in range(p.rowblocks):
+                    for sl in range(p.slices):
+                        kh = p.khead(pi, rb, sl)
+                        for i in range(p.rows):
+                            a = rb * p.rows + i
+                            if a >= p.depth:
+                                break
+                            if port is not None:
+                                f = addr_match(port.addr, a)
+                                if f is not None:
+                                    qkv.form(kh * dk + i, f, KQ)
+                            if wr is not None:
+                                f = addr_match(wr.addr, a, [wr.en])
+                                if f is not None:
+                                    qkv.form(kd + kh * dk + i, f, KQ)
+                        if t.two_hot and port is not None:
+                            qkv.w[kh * dk + dk - 1, 0] += KQ / 2.0 ** num.cb
+                        for v in range(g):
+                            vh = kh * g + v
+                            col0 = 2 * kd + vh * dv
+                            zp.w[vh * dv:(vh + 1) * dv, 0] = Z / 2.0 ** num.cb
+                            if wr is not None:
+                                qkv.w[col0:col0 + num.n_bv, 0] = BV / 2.0 ** num.cb
+                            for j in range(dv - num.n_bv):
+                                b = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
+                                if b >= p.width:
+                                    break
+                                if wr is not None:
+                                    qkv.form(col0 + num.n_bv + j, wr.data[b], VS)
+                                if port is not None:
+                                    out[num.n_b + port.lanes[b], vh * dv + num.n_bv + j] = wout
+        sd[pre + "linear_attn.in_proj_qkv.weight"] = qkv.w
+        sd[pre + "linear_attn.conv1d.weight"] = conv
+        sd[pre + "linear_attn.in_proj_z.weight"] = zp.w
+        bw = z(nv, H)
+        bw[:, 0] = 1024.0 / 2.0 ** num.cb
+        sd[pre + "linear_attn.in_proj_b.weight"] = bw
+        sd[pre + "linear_attn.in_proj_a.weight"] = z(nv, H)
+        sd[pre + "linear_attn.dt_bias"] = torch.full((nv,), -1024.0)
+        sd[pre + "linear_attn.A_log"] = z(nv)
+        sd[pre + "linear_attn.norm.weight"] = torch.ones(dv)
+        sd[pre + "linear_attn.out_proj.weight"] = out
+        gate, up = _Mat(inter, H, num), z(inter, H)
+        down = z(H, inter)
+        for ni, n in enumerate(prog.mlp.get(li, [])):
+            gate.form(ni, n.gate, K)
+            up[ni, 0] = 1.0 / (K * 2.0 ** num.cb)
+            for ln, w in n.out.items():
+                down[num.n_b + ln, ni] += w
+        sd[pre + "mlp.gate_proj.weight"] = gate.w
+        sd[pre + "mlp.up_proj.weight"] = up
+        sd[pre + "mlp.down_proj.weight"] = down
+        sd[pre + "input_layernorm.weight"] = z(H)
+        sd[pre + "post_attention_layernorm.weight"] = z(H)
+    sd["model.norm.weight"] = z(H)
+    # ---- lm_head ----
+    head = _Mat(vocab, H, num)
+    nkb = len(prog.out_kind)
+    kind_part = []
+    for ki in range(len(kinds)):
+        f = lin([(2 * (2 * ((ki >> i) & 1) - 1), x) for i, x in enumerate(prog.out_kind)],
+                -sum(2 * ((ki >> i) & 1) - 1 for i in range(nkb)))
+        kind_part.append(f)
+    for ki, k in enumerate(kinds):
+        ys = [y for fl in prog.out_fields[ki] for y in fl]
+        P = len(ys)
+        ids = torch.arange(1 << P)
+        S = (2 * ((ids[:, None] >> torch.arange(P)[None, :]) & 1) - 1).float()   # [2^P, P]
+        M = z(P, H)
+        cst = z(P)
+        for j, y in enumerate(ys):
+            for ln, w in y.t.items():
+                M[j, num.n_b + ln] += 2 * w * 2.0 ** num.m
+            cst[j] = 2 * y.c - 1
+        rows = slice(k["offset"], k["offset"] + (1 << P))
+        head.w[rows] = S @ M if P else 0.0
+        head.w[rows, 0] += ((S @ cst) - P) / 2.0 ** num.cb if P else 0.0
+        kf = _Mat(1, H, num)
+        kf.form(0, kind_part[ki], 1.0)
+        head.w[rows] += kf.w[0]
+    sd["lm_head.weight"] = head.w
+    info = {"inter": inter, "nk": nk, "vocab": vocab, "kinds": kinds}
+    sd = {k: v.float() for k, v in sd.items()}
+    return num, sd, info, {}
+
+
+def rom_state(prog: Program, num: Numerics, name: str, words: list[int]) -> dict[int, torch.Tensor]:
+    """Recurrent-state rows holding ``words`` for memory ``name``: {value head: [rows, d_v]}."""
+    p = prog.mems[name]
+    t = prog.target
+    dv, g = t.d_v, t.v_per_k
+    out: dict[int, torch.Tensor] = {}
+    VS, BV = 2.0 ** num.vs, 2.0 ** num.b_v
+    wt = torch.tensor([int(w) for w in words] + [0] * max(0, p.depth - len(words)), dtype=torch.int64)
+    for pi in range(max(1, len(p.reads))):
+        for rb in range(p.rowblocks):
+            lo, hi = rb * p.rows, min(p.depth, (rb + 1) * p.rows)
+            ws = wt[lo:hi]
+            for sl in range(p.slices):
+                kh = p.khead(pi, rb, sl)
+                for v in range(g):
+                    st = torch.zeros(t.d_k, dv, dtype=torch.float32)
+                    st[:hi - lo, :num.n_bv] = BV
+                    for j in range(dv - num.n_bv):
+                        b = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
+                        if b >= p.width:
+                            break
+                        st[:hi - lo, num.n_bv + j] = ((ws >> b) & 1).float() * VS
+                    out[kh * g + v] = st
+    return out
+
+
+def nonzero_counts(sd: dict[str, torch.Tensor]) -> dict[str, int]:
+    return {k: int((v != 0).sum()) for k, v in sd.items()}
+
+
+def write_checkpoint(out_dir: str | Path, config: dict[str, Any], sd: dict[str, torch.Tensor],
+                     chip: dict[str, Any], dtype: str) -> None:
+    """Write config.json, model.safetensors (in ``dtype``) and chip.json atomically."""
+    out_dir = Path(out_dir)
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+    try:
+        td = DTYPES[dtype]
+        tensors = {k: v.to(td).contiguous() for k, v in sd.items()}
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (tmp / "chip.json").write_text(json.dumps(chip) + "\n")
+        old = None
+        if out_dir.exists():
+            old = parent / f".{out_dir.name}.old-{os.getpid()}"
+            os.rename(out_dir, old)
+        os.rename(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
+              nonzero: dict[str, int], roms: dict[str, list[int]]) -> dict[str, Any]:
+    """The description ``check`` and the engines need (and a human can read)."""
+    t = prog.target
+    c = prog.circuit
+    layers = []
+    for li in range(prog.n_layers):
+        pre = f"model.layers.{li}."
+        layers.append({
+            "neurons": prog.neurons_in(li),
+            "key_heads": sum(p.kheads for p in prog.mems.values() if p.layer == li),
+            "memories": [p.name for p in prog.mems.values() if p.layer == li],
+            "nonzero_weights": sum(v for k, v in nonzero.items() if k.startswith(pre))})
+    return {
+        "format": FORMAT,
+        "target": {"name": t.name, **{k: v for k, v in asdict(t).items() if k != "name"}},
+        "dtype": dtype,
+        "numerics": asdict(num),
+        "tokens": {"vocab": info["vocab"], "kinds": info["kinds"]},
+        "layers": layers,
+        "memories": {p.name: {"kind": p.kind, "width": p.width, "depth": p.depth,
+                              "layer": p.layer, "rows_per_bank": p.rows,
+                              "rowblocks": p.rowblocks, "slices": p.slices,
+                              "first_key_head": p.first_khead, "key_heads": p.kheads,
+                              "read_ports": len(p.reads), "write_ports": len(p.writes)}
+                     for p in prog.mems.values()},
+        "lanes": {"count": len(prog.lanes), "ballast": num.n_b,
+                  "token": {ln.label: num.n_b + i for i, ln in enumerate(prog.lanes)
+                            if ln.slot < 0}},
+        "shapes": {"layers": prog.n_layers, "hidden": num.hidden, "intermediate": info["inter"],
+                   "key_heads": info["nk"], "value_heads": info["nk"] * t.v_per_k},
+        "nonzero_weights": sum(nonzero.values()),
+        "circuit": circuit_to_json(c),
+        "roms": {k: list(map(int, v)) for k, v in roms.items()},
+    }

@@ -1,0 +1,191 @@
+"""Engine "hf": run a compiled chip in transformers' own ``Qwen3_5ForCausalLM``.
+
+Takes: a compiled directory (config.json, model.safetensors, chip.json). Gives:
+:class:`HFEngine` with token <-> id conversion, :meth:`HFEngine.new_cache` (every GDN layer's
+recurrent state preloaded: ROM images written straight into it, RAMs zero), one-token
+:meth:`HFEngine.decode_step`, whole-sequence :meth:`HFEngine.prefill`, and
+:meth:`HFEngine.read_memories`, which decodes every memory's words back out of the recurrent
+state (exactly: each data cell must be 0 or Vs, else the word is reported as None).
+
+The model is loaded with ``AutoModelForCausalLM.from_pretrained`` and run unmodified.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+from transformers.utils import logging as hf_logging
+
+from deltachip.errors import UserError
+from hdl.ir import Circuit, Token
+from backends.chipfile import circuit_from_json
+from backends.emit import DTYPES, FORMAT
+
+
+class ChipDirError(UserError):
+    """The directory is not a compiled chip."""
+
+
+def load_chip_json(path: str | Path) -> dict[str, Any]:
+    p = Path(path) / "chip.json"
+    try:
+        chip = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ChipDirError(f"{path}: not a compiled chip directory (cannot read chip.json: "
+                           f"{e.__class__.__name__})") from e
+    if chip.get("format") != FORMAT:
+        raise ChipDirError(f"{p}: unknown format {chip.get('format')!r} (expected {FORMAT})")
+    return chip
+
+
+class HFEngine:
+    """A compiled chip loaded into transformers (see the module docstring)."""
+
+    def __init__(self, path: str | Path, dtype: str | None = None,
+                 roms: dict[str, list[int]] | None = None):
+        self.path = Path(path)
+        self.chip = load_chip_json(path)
+        self.dtype_name = dtype or self.chip["dtype"]
+        if self.dtype_name not in DTYPES:
+            raise ChipDirError(f"unknown dtype '{self.dtype_name}' (expected bf16 or fp32)")
+        self.dtype = DTYPES[self.dtype_name]
+        self.roms = {k: list(v) for k, v in self.chip["roms"].items()}
+        self.roms.update(roms or {})
+        self.circuit: Circuit = circuit_from_json(self.chip["circuit"], self.roms)
+        hf_logging.set_verbosity_error()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype)
+        self.model.eval()
+        self.config = self.model.config
+        self.kinds = self.chip["tokens"]["kinds"]
+        self.num = self.chip["numerics"]
+        self.tgt = self.chip["target"]
+
+    # ---- tokens ------------------------------------------------------------------------
+    def token_id(self, tok: Token) -> int:
+        k = self.kinds[tok.kind]
+        p, bit = 0, 0
+        for (_, w, _), v in zip(k["fields"], tok.fields):
+            p |= (v & ((1 << w) - 1)) << bit
+            bit += w
+        return k["offset"] + p
+
+    def token_of(self, tid: int) -> Token:
+        for ki, k in enumerate(self.kinds):
+            if k["offset"] <= tid < k["offset"] + (1 << k["payload_bits"]):
+                p = tid - k["offset"]
+                fields, bit = [], 0
+                for _, w, _ in k["fields"]:
+                    fields.append((p >> bit) & ((1 << w) - 1))
+                    bit += w
+                return Token(ki, tuple(fields))
+        raise ValueError(f"token id {tid} out of range")
+
+    # ---- state ---------------------------------------------------------------------------
+    def _rom_states(self) -> dict[int, dict[int, torch.Tensor]]:
+        """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image."""
+        from backends.emit import rom_state
+        prog = _ProgView(self.chip)
+        out: dict[int, dict[int, torch.Tensor]] = {}
+        for name, words in self.roms.items():
+            if name in self.chip["memories"] and any(words):
+                layer = self.chip["memories"][name]["layer"]
+                out.setdefault(layer, {}).update(rom_state(prog, _NumView(self.num), name, words))
+        return out
+
+    def new_cache(self, batch: int = 1) -> DynamicCache:
+        """A cache whose every layer is 'started' (recurrent kernel from the first token)
+        with memory images preloaded."""
+        cfg = self.config
+        cache = DynamicCache(config=cfg)
+        nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        conv_dim = 2 * cfg.linear_num_key_heads * dk + nv * dv
+        roms = self._rom_states()
+        for li, kind in enumerate(cfg.layer_types):
+            if kind != "linear_attention":
+                continue
+            L = cache.layers[li]
+            L.lazy_initialization(
+                conv_states=torch.zeros(batch, conv_dim, cfg.linear_conv_kernel_dim, dtype=self.dtype),
+                recurrent_states=torch.zeros(batch, nv, dk, dv, dtype=torch.float32),
+                conv_kernel_size=cfg.linear_conv_kernel_dim)
+            for vh, st in roms.get(li, {}).items():
+                L.recurrent_states[0][:, vh] = st
+            L.has_previous_state[0] = True
+        return cache
+
+    @torch.no_grad()
+    def decode_step(self, ids: Sequence[int], cache: DynamicCache) -> torch.Tensor:
+        """Feed one token per batch row; returns the argmax ids [B]."""
+        x = torch.tensor(list(ids), dtype=torch.long)[:, None]
+        out = self.model(input_ids=x, cache=cache, use_cache=True)
+        return out.logits[:, -1].argmax(-1)
+
+    @torch.no_grad()
+    def prefill(self, ids: torch.Tensor, cache: DynamicCache | None = None
+                ) -> tuple[torch.Tensor, DynamicCache]:
+        """Feed [B, T] ids in one call; returns (argmax ids [B, T], cache)."""
+        cache = cache if cache is not None else self.new_cache(ids.shape[0])
+        out = self.model(input_ids=ids, cache=cache, use_cache=True)
+        return out.logits.argmax(-1), cache
+
+    def read_memories(self, cache: DynamicCache, row: int = 0) -> dict[str, list[int | None]]:
+        """Every memory's words from the recurrent state of batch row ``row`` (read port 0's
+        copy); a word whose cells are not exactly 0 or Vs is None."""
+        t = self.tgt
+        dv, g = t["d_v"], t["v_per_k"]
+        nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
+        cols = g * (dv - nbv)
+        res: dict[str, list[int | None]] = {}
+        for name, m in self.chip["memories"].items():
+            state = cache.layers[m["layer"]].recurrent_states[0][row]
+            words = torch.zeros(m["depth"], dtype=torch.int64)
+            bad = torch.zeros(m["depth"], dtype=torch.bool)
+            R = m["rows_per_bank"]
+            for rb in range(m["rowblocks"]):
+                lo, hi = rb * R, min(m["depth"], (rb + 1) * R)
+                for sl in range(m["slices"]):
+                    kh = m["first_key_head"] + rb * m["slices"] + sl
+                    for v in range(g):
+                        cells = state[kh * g + v, :hi - lo, nbv:].double() / vs
+                        b0 = sl * cols + v * (dv - nbv)
+                        n = max(0, min(dv - nbv, m["width"] - b0))
+                        if n == 0:
+                            continue
+                        cells = cells[:, :n]
+                        bits = cells.round()
+                        bad[lo:hi] |= ((cells != bits) | (bits < 0) | (bits > 1)).any(-1)
+                        wts = (torch.ones(n, dtype=torch.int64) << torch.arange(b0, b0 + n))
+                        words[lo:hi] |= (bits.long() * wts).sum(-1)
+            res[name] = [None if b else int(w) for w, b in zip(words.tolist(), bad.tolist())]
+        return res
+
+
+class _ProgView:
+    """The parts of a Program that :func:`backends.emit.rom_state` reads, from chip.json."""
+
+    def __init__(self, chip: dict[str, Any]):
+        from backends.target import Target
+        t = dict(chip["target"])
+        self.target = Target(**t)
+        self.mems = {n: _MemView(m) for n, m in chip["memories"].items()}
+
+
+class _MemView:
+    def __init__(self, m: dict[str, Any]):
+        self.width, self.depth, self.rows = m["width"], m["depth"], m["rows_per_bank"]
+        self.rowblocks, self.slices, self.first_khead = m["rowblocks"], m["slices"], m["first_key_head"]
+        self.reads = [None] * m["read_ports"]
+
+    def khead(self, port: int, rowblock: int, sl: int) -> int:
+        return self.first_khead + (port * self.rowblocks + rowblock) * self.slices + sl
+
+
+class _NumView:
+    def __init__(self, d: dict[str, Any]):
+        self.__dict__.update(d)

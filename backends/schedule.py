@@ -1,0 +1,161 @@
+"""Scheduling: the depth rule, memory layers, and the final layer assignment.
+
+Takes: a checked circuit and a :class:`backends.target.Target`. Gives: a
+:class:`backends.lower.Program` whose neurons sit in MLP layers and whose memories sit in
+GDN layers, or a :class:`DepthRuleError` naming the offending signal and its source line.
+
+How. The dependency graph (NetworkX, from :meth:`hdl.ir.Circuit.graph`) gives, for every
+memory, the memories whose reads feed its inputs (read addresses, write address, data,
+enable). A memory must sit in a deeper layer than every memory it depends on; a memory that
+depends on itself, or a cycle of memories, breaks the depth rule (the only path from a deep
+layer back to a shallow one is the next token). Then neurons are placed greedily, as early
+as their inputs allow (ASAP list scheduling under the target's MLP budget), and memories are
+pushed down until their inputs are ready and their layer has key heads left: a fixed point,
+reached in at most (number of memories x layers) rounds.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from hdl.diagnostics import CompileError, Diagnostic
+from hdl.ir import Circuit, Node, Op
+from backends.lower import LoweringError, Lowerer, Program
+from backends.target import Target
+
+
+class DepthRuleError(CompileError):
+    """A memory's inputs depend on its own reads (or a cycle of memories)."""
+
+
+FIX = ("compute the value at this step, carry it in a field of the next token, and write "
+       "the memory from that token at the next step")
+
+
+def _sources(c: Circuit) -> dict[str, str]:
+    out = {}
+    for n in c.nodes:
+        f = n.loc.file
+        if f not in out:
+            try:
+                with open(f, encoding="utf-8") as fh:
+                    out[f] = fh.read()
+            except OSError:
+                pass
+    return out
+
+
+def _signal_on_path(c: Circuit, g: nx.DiGraph, src: int, dst: int) -> Node:
+    """The last named node on a dependency path src -> dst (dst itself if none is named)."""
+    path = nx.shortest_path(g, src, dst)
+    named = [c.nodes[i] for i in path if c.nodes[i].name]
+    return named[-1] if named else c.nodes[dst]
+
+
+def memory_inputs(c: Circuit) -> dict[str, list[tuple[Node, int]]]:
+    """memory -> [(user node, input node id)]: read addresses and write arguments."""
+    res: dict[str, list[tuple[Node, int]]] = {m: [] for m in c.memories}
+    for n in c.nodes:
+        if n.op in (Op.MEM_READ, Op.MEM_WRITE):
+            res[n.param] += [(n, a) for a in n.args]
+    return res
+
+
+def check_depth_rule(c: Circuit) -> nx.DiGraph:
+    """The memory dependency graph (edge B -> A: A's inputs read B); raises
+    :class:`DepthRuleError` for a memory feeding itself or a cycle of memories."""
+    g = c.graph()
+    feeds: dict[int, dict[str, int]] = {}     # node -> {memory: one read node it depends on}
+    for n in c.nodes:
+        d: dict[str, int] = {}
+        for a in n.args:
+            for m, r in feeds.get(a, {}).items():
+                d.setdefault(m, r)
+        if n.op is Op.MEM_READ:
+            d.setdefault(n.param, n.id)
+        feeds[n.id] = d
+    mg = nx.DiGraph()
+    mg.add_nodes_from(c.memories)
+    why: dict[tuple[str, str], tuple[Node, int, int]] = {}
+    for m, uses in memory_inputs(c).items():
+        for user, a in uses:
+            for b, r in feeds[a].items():
+                if not mg.has_edge(b, m):
+                    mg.add_edge(b, m)
+                    why[(b, m)] = (user, a, r)
+    diags = []
+    for m in c.memories:
+        if mg.has_edge(m, m):
+            user, a, r = why[(m, m)]
+            sig = _signal_on_path(c, g, r, a)
+            what = "write to" if user.op is Op.MEM_WRITE else "read address of"
+            signame = sig.name or f"node {sig.id}"
+            diags.append(Diagnostic(
+                sig.loc,
+                f"depth rule: the {what} memory '{m}' depends on a read of '{m}' in the same "
+                f"step, through signal '{signame}'; a memory's reads and writes happen in one "
+                f"layer, so its address, data and enable must be computed before that layer",
+                [(c.nodes[r].loc, f"the read of '{m}' is here"),
+                 (user.loc, f"the {what.split()[0]} is here"),
+                 (user.loc, f"fix: {FIX}")]))
+    if not diags:
+        try:
+            cyc = nx.find_cycle(mg)
+        except nx.NetworkXNoCycle:
+            cyc = None
+        if cyc:
+            b, m = cyc[0][0], cyc[0][1]
+            user, a, r = why[(b, m)]
+            sig = _signal_on_path(c, g, r, a)
+            ring = " -> ".join([e[0] for e in cyc] + [cyc[0][0]])
+            diags.append(Diagnostic(
+                sig.loc,
+                f"depth rule: memories {ring} read each other in the same step (here through "
+                f"signal '{sig.name or f'node {sig.id}'}'); each must sit in a deeper layer "
+                f"than the memories it reads, which a cycle cannot",
+                [(user.loc, f"fix: {FIX}")]))
+    if diags:
+        raise DepthRuleError(diags, _sources(c))
+    return mg
+
+
+def schedule(c: Circuit, target: Target) -> Program:
+    """Lower and place the whole circuit (see the module docstring)."""
+    c.check()
+    if not c.kinds:
+        raise LoweringError(f"{c.loc}: '{c.name}' is a module: compile a circuit with tokens")
+    mg = check_depth_rule(c)
+    layer = {m: 0 for m in c.memories}
+    for m in nx.topological_sort(mg):          # a first guess: one layer per dependency level
+        for p in mg.predecessors(m):
+            layer[m] = max(layer[m], layer[p] + 1)
+    budget = target.k_heads
+    for _ in range(64 * (len(c.memories) + 1) + 64):
+        lw = Lowerer(c, target, dict(layer))
+        prog = lw.run()
+        changed = False
+        for m, L in lw.bumps.items():
+            if L > layer[m]:
+                layer[m] = L
+                changed = True
+        for m in c.memories:                   # keep dependency order strict
+            for p in mg.predecessors(m):
+                if layer[m] <= layer[p]:
+                    layer[m] = layer[p] + 1
+                    changed = True
+        if budget is not None and not changed:
+            per: dict[int, int] = {}
+            for p in prog.mems.values():
+                if p.kheads > budget:
+                    raise LoweringError(
+                        f"{c.memories[p.name].loc}: memory '{p.name}' needs {p.kheads} key "
+                        f"heads ({p.rowblocks} row blocks x {p.slices} slices x "
+                        f"{max(1, len(p.reads))} read ports) but a layer of target "
+                        f"{target.name} has {budget}")
+                per[p.layer] = per.get(p.layer, 0) + p.kheads
+                if per[p.layer] > budget:
+                    layer[p.name] += 1
+                    changed = True
+                    break
+        if not changed:
+            return prog
+    raise LoweringError(f"{c.loc}: internal: memory placement did not converge")

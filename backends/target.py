@@ -1,0 +1,123 @@
+"""Compile targets: the Qwen3.5 module shapes a chip is compiled for.
+
+Takes: a target spec string (``compact``, ``qwen3.5-4b``, or a path to a Qwen3.5 config
+JSON). Gives: :class:`Target`, the per-layer budgets the scheduler must respect and the
+shapes the emitter writes.
+
+A ``None`` budget means "free": the compact target sizes its MLP width and head counts to
+the largest layer the circuit needs. Head geometry decides how a GDN read is addressed:
+when ``d_k`` is a power of 4 a one-hot query is exact; otherwise (d_k = 128) the last row of
+every head is reserved and every query is two-hot (address + reserved row).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from deltachip.errors import UserError
+
+
+class TargetError(UserError):
+    """A bad ``--target`` value."""
+
+
+def is_power_of_4(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0 and (n.bit_length() - 1) % 2 == 0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Module shapes and per-layer budgets.
+
+    ``min_hidden``: the chip-only checkpoint's hidden width is the smallest ``n_b * 4**k``
+    (n_b ballast lanes, 1 <= n_b <= 5) that is >= max(min_hidden, lanes + n_b).
+    ``mlp_width`` / ``k_heads``: per-layer budgets (None = sized to fit, compact only).
+    ``v_per_k``: value heads per key head (GQA group)."""
+    name: str
+    d_k: int = 64
+    d_v: int = 64
+    v_per_k: int = 1
+    k_heads: int | None = None
+    mlp_width: int | None = None
+    conv_kernel: int = 4
+    min_hidden: int = 64
+    rms_eps: float = 1e-6
+
+    @property
+    def two_hot(self) -> bool:
+        """True when queries must be two-hot (d_k not a power of 4)."""
+        return not is_power_of_4(self.d_k)
+
+    @property
+    def rows_per_bank(self) -> int:
+        """Addressable rows of one key head (the two-hot scheme reserves the last row)."""
+        return self.d_k - 1 if self.two_hot else self.d_k
+
+    @property
+    def value_ballast(self) -> int:
+        """Ballast columns per value head: n_b with n_b * B^2 / d_v a power of 4."""
+        for n in (1, 2, 3, 4):
+            if self.d_v % n == 0 and is_power_of_4(self.d_v // n):
+                return n
+        raise TargetError(f"target {self.name}: value head size {self.d_v} has no exact "
+                          "ballast (need d_v = n * 4^k with n <= 4)")
+
+    @property
+    def cols_per_bank(self) -> int:
+        """Data bit columns one key head (and its GQA value heads) holds per row."""
+        return self.v_per_k * (self.d_v - self.value_ballast)
+
+    def hidden_for(self, lanes: int) -> tuple[int, int]:
+        """(hidden width, ballast lanes n_b) for ``lanes`` signal lanes."""
+        need = max(self.min_hidden, lanes + 1)
+        best: tuple[int, int] | None = None
+        for n_b in (1, 2, 3, 4, 5):
+            k = 0
+            while n_b * 4 ** k < need or n_b * 4 ** k < lanes + n_b:
+                k += 1
+            h = n_b * 4 ** k
+            if best is None or h < best[0]:
+                best = (h, n_b)
+        assert best is not None
+        return best
+
+
+COMPACT = Target("compact", d_k=64, d_v=64, v_per_k=1, k_heads=None, mlp_width=None,
+                 min_hidden=64)
+QWEN35_4B = Target("qwen3.5-4b", d_k=128, d_v=128, v_per_k=2, k_heads=16, mlp_width=9216,
+                   min_hidden=2560)
+
+
+def get_target(spec: str) -> Target:
+    """The target named ``spec`` or read from the Qwen3.5 config file at path ``spec``."""
+    if spec == "compact":
+        return COMPACT
+    if spec in ("qwen3.5-4b", "qwen3_5-4b", "4b"):
+        return QWEN35_4B
+    path = Path(spec)
+    if not path.is_file():
+        raise TargetError(f"unknown target '{spec}': expected compact, qwen3.5-4b or the path "
+                          "of a Qwen3.5 config.json")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise TargetError(f"target {spec}: cannot read the config: {e}") from e
+    cfg = cfg.get("text_config", cfg)
+    try:
+        nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
+        t = Target(path.name, d_k=int(cfg["linear_key_head_dim"]),
+                   d_v=int(cfg["linear_value_head_dim"]), v_per_k=nv // nk, k_heads=nk,
+                   mlp_width=int(cfg["intermediate_size"]),
+                   conv_kernel=int(cfg.get("linear_conv_kernel_dim", 4)),
+                   min_hidden=int(cfg["hidden_size"]), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise TargetError(f"target {spec}: not a Qwen3.5 text config (missing or bad {e})") from e
+    if nv % nk or t.conv_kernel < 3:
+        raise TargetError(f"target {spec}: need value heads a multiple of key heads and a "
+                          "conv kernel >= 3")
+    _ = t.value_ballast
+    if t.two_hot and not math.log2(t.d_k * 2).is_integer():
+        raise TargetError(f"target {spec}: key head size {t.d_k} is not 2 * 4^k or 4^k")
+    return t

@@ -1,0 +1,150 @@
+"""ELF loader: read an RV32 little-endian executable into segments and symbols (pyelftools).
+
+:func:`read_elf` takes a path and returns an :class:`ElfImage` (entry point, the PT_LOAD
+segments with their bytes, the symbol table); it checks that every segment fits inside one
+region of the memory map (:mod:`cpu.memmap`). Anything wrong with the file raises
+:class:`ElfError` (a :class:`deltachip.errors.UserError`) whose text names the file and the
+problem; never a pyelftools traceback.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError, ELFParseError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from cpu import memmap
+from deltachip.errors import UserError
+
+EM_RISCV = 243
+PF_X, PF_W, PF_R = 1, 2, 4
+
+
+class ElfError(UserError):
+    """The ELF file cannot be loaded on the shipped CPU (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One PT_LOAD segment: ``memsz`` bytes at ``vaddr``, the first ``len(data)`` from the
+    file and the rest zero (``.bss``)."""
+    index: int
+    vaddr: int
+    data: bytes
+    memsz: int
+    flags: int
+    region: str
+
+    def describe(self) -> str:
+        """``segment 1 (RW-) 0x00080000..0x00080100 (256 bytes)``: for messages."""
+        return f"segment {self.index} ({flags_text(self.flags)}) " + span_text(self.vaddr, self.memsz)
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """An ELF symbol: its value (address), size and section index (``"SHN_ABS"`` etc.)."""
+    name: str
+    value: int
+    size: int
+    shndx: int | str
+
+
+@dataclass
+class ElfImage:
+    """What the loader takes from an ELF file."""
+    path: Path
+    entry: int
+    segments: list[Segment]
+    symbols: dict[str, Symbol] = field(default_factory=dict)
+
+
+def flags_text(flags: int) -> str:
+    return ("R" if flags & PF_R else "-") + ("W" if flags & PF_W else "-") + ("X" if flags & PF_X else "-")
+
+
+def span_text(addr: int, size: int) -> str:
+    return f"0x{addr:08x}..0x{addr + size:08x} ({size} bytes)"
+
+
+def region_of(addr: int, size: int) -> str | None:
+    """Name of the memory-map region that holds all of ``[addr, addr+size)``, else None."""
+    for name, base, rsize, _ in memmap.REGIONS:
+        if base <= addr and addr + size <= base + rsize:
+            return name
+    return None
+
+
+def _limits_text() -> str:
+    return ", ".join(f"{name} {span_text(base, size)}" for name, base, size, _ in memmap.REGIONS)
+
+
+def read_elf(path: str | Path) -> ElfImage:
+    """Read and check ``path``; see the module docstring. Raises :class:`ElfError`."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ElfError(f"{path}: cannot read: {e.strerror or e}") from None
+    if raw[:4] != b"\x7fELF":
+        raise ElfError(f"{path}: not an ELF file (bad magic bytes)")
+    try:
+        return _parse(path, raw)
+    except ElfError:
+        raise
+    except (ELFError, ELFParseError, ValueError, KeyError, IndexError, AssertionError,
+            UnicodeDecodeError) as e:
+        raise ElfError(f"{path}: corrupt or truncated ELF file: {e or type(e).__name__}") from None
+    except Exception as e:  # construct/struct errors from a damaged file
+        if type(e).__module__.startswith(("construct", "struct", "elftools")):
+            raise ElfError(f"{path}: corrupt or truncated ELF file: {e}") from None
+        raise
+
+
+def _parse(path: Path, raw: bytes) -> ElfImage:
+    import io
+    elf = ELFFile(io.BytesIO(raw))
+    if elf.elfclass != 32:
+        raise ElfError(f"{path}: not an RV32 executable: ELF class is {elf.elfclass}-bit "
+                       "(expected 32-bit)")
+    if not elf.little_endian:
+        raise ElfError(f"{path}: not an RV32 executable: big-endian (expected little-endian)")
+    machine = elf.header["e_machine"]
+    if machine not in ("EM_RISCV", EM_RISCV):
+        raise ElfError(f"{path}: not an RV32 executable: machine is {machine} (expected EM_RISCV)")
+    if elf.header["e_type"] != "ET_EXEC":
+        raise ElfError(f"{path}: not an executable: ELF type is {elf.header['e_type']} "
+                       "(expected ET_EXEC; link the program, don't pass an object file)")
+    segments: list[Segment] = []
+    for index, seg in enumerate(elf.iter_segments()):
+        if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
+            continue
+        vaddr, filesz, memsz, offset = seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"], seg["p_offset"]
+        if filesz > memsz:
+            raise ElfError(f"{path}: corrupt ELF file: segment {index} has file size {filesz} "
+                           f"larger than its memory size {memsz}")
+        if offset + filesz > len(raw):
+            raise ElfError(f"{path}: truncated ELF file: segment {index} needs bytes "
+                           f"{offset}..{offset + filesz} but the file has {len(raw)}")
+        region = region_of(vaddr, memsz)
+        flags = seg["p_flags"]
+        if region is None:
+            raise ElfError(f"{path}: segment {index} ({flags_text(flags)}) at "
+                           f"{span_text(vaddr, memsz)} does not fit the memory map: "
+                           f"{_limits_text()}")
+        segments.append(Segment(index, vaddr, raw[offset:offset + filesz], memsz, flags, region))
+    if not segments:
+        raise ElfError(f"{path}: no loadable (PT_LOAD) segment")
+    entry = elf.header["e_entry"]
+    if not (memmap.CODE_BASE <= entry < memmap.CODE_END) or entry % 4:
+        raise ElfError(f"{path}: entry point 0x{entry:08x} is not a word-aligned address in "
+                       f"code ROM {span_text(memmap.CODE_BASE, memmap.CODE_SIZE)}")
+    symbols: dict[str, Symbol] = {}
+    for section in elf.iter_sections():
+        if isinstance(section, SymbolTableSection):
+            for sym in section.iter_symbols():
+                if sym.name and sym.name not in symbols:
+                    symbols[sym.name] = Symbol(sym.name, sym["st_value"], sym["st_size"],
+                                               sym["st_shndx"])
+    return ElfImage(path, entry, segments, symbols)

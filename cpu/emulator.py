@@ -1,0 +1,723 @@
+"""The golden RV32IM + Zba ISA emulator: the ``ref`` engine every other engine is compared with.
+
+A :class:`Machine` holds 32 registers (unsigned 32-bit ints, ``regs[0]`` always 0), the pc and
+one flat byte array for code ROM, rodata ROM and RAM (:mod:`cpu.memmap`). Before a run the
+code ROM is pre-decoded once into one closure per word: calling it executes the instruction
+and returns the next pc, so the inner loop is ``pc = table[pc >> 2]()`` with no decoding and
+no string work. Faults and the exit ``ecall`` leave the loop as exceptions.
+
+:meth:`Machine.run` returns a :class:`RunResult`; with ``trace=True`` it also returns one
+:class:`Retire` record per retired instruction (the lock-step format later engines are
+compared with; see docs/cpu.md). Every way a program can leave the ISA (illegal or refused
+instruction, misaligned or unmapped access, store to ROM, jump outside code ROM, an
+``ecall`` other than exit) stops the machine with a :class:`Fault` naming the pc, the
+instruction word and the cause.
+
+Conventions: the exit ``ecall`` counts as a retired instruction (its record has
+``next_pc = pc + 4``); a faulting instruction does not retire. The host must be
+little-endian (the memory views are native-order ``memoryview`` casts).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from cpu import isa, memmap
+from cpu.elf import ElfError, ElfImage, read_elf, span_text
+
+if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
+    raise ImportError("cpu.emulator needs a little-endian host")
+
+M = 0xFFFF_FFFF
+SIGN = 0x8000_0000
+_ROM_LIMIT = memmap.RODATA_END          # loads below this address hit code or rodata ROM
+_RAM_BASE, _RAM_END = memmap.RAM_BASE, memmap.RAM_END
+_CODE_END = memmap.CODE_END
+_UART = memmap.UART_TX
+_N_SLOTS = memmap.CODE_SIZE // 4
+
+
+class Retire(NamedTuple):
+    """One retired instruction.
+
+    ``rd``/``rd_value``: the destination register and its new value, both ``None`` when the
+    instruction writes no register or rd is x0. ``mem_*``: the data access (``None`` when
+    there is none); ``mem_data`` is the value stored, or the raw (zero-extended) value read
+    from memory before any sign extension; ``mem_width`` in bytes (1, 2, 4).
+    """
+    pc: int
+    insn: int
+    rd: int | None
+    rd_value: int | None
+    mem_addr: int | None
+    mem_data: int | None
+    mem_width: int | None
+    is_store: bool
+    next_pc: int
+
+    def format(self) -> str:
+        """The ``--trace`` line (docs/cpu.md): ``pc insn rd=value mem next``, hex."""
+        reg = f"x{self.rd}=0x{self.rd_value:08x}" if self.rd is not None else "-"
+        if self.mem_addr is None:
+            mem = "-"
+        else:
+            mem = (f"{'W' if self.is_store else 'R'}{self.mem_width}"
+                   f"[0x{self.mem_addr:08x}]=0x{self.mem_data:0{2 * self.mem_width}x}")
+        return f"{self.pc:08x} {self.insn:08x} {reg} {mem} {self.next_pc:08x}"
+
+
+class FaultCause(Enum):
+    """Why the machine stopped on a fault. The value is the text used in messages."""
+    ILLEGAL_INSTRUCTION = "illegal instruction"
+    UNSUPPORTED_INSTRUCTION = "unsupported instruction"
+    EBREAK = "ebreak"
+    BAD_ECALL = "unsupported ecall"
+    MISALIGNED_LOAD = "misaligned load"
+    MISALIGNED_STORE = "misaligned store"
+    LOAD_ACCESS = "load from unmapped address"
+    STORE_ACCESS = "store to unmapped address"
+    STORE_TO_ROM = "store to ROM"
+    BAD_JUMP = "jump target outside code ROM"
+    MISALIGNED_JUMP = "misaligned jump target"
+    FETCH_OUTSIDE_CODE = "instruction fetch outside code ROM"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A machine fault: where (pc, the instruction word or None for a fetch fault), the cause
+    and details (the address involved, etc.)."""
+    pc: int
+    insn: int | None
+    cause: FaultCause
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.insn is None:
+            where = f"pc 0x{self.pc:08x}"
+        elif isa.decode(self.insn) is None:
+            where = f"pc 0x{self.pc:08x}, instruction 0x{self.insn:08x}"
+        else:
+            where = (f"pc 0x{self.pc:08x}, instruction 0x{self.insn:08x} "
+                     f"({isa.disassemble(self.insn, self.pc)})")
+        text = f"machine fault at {where}: {self.cause.value}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclass
+class RunResult:
+    """The outcome of :meth:`Machine.run`.
+
+    ``exit_code`` is a0 as a signed 32-bit int when the program exited, else None;
+    ``instructions`` the number retired in this call; ``timed_out`` is True when
+    ``max_steps`` ran out first; ``retired`` the records when ``trace=True``."""
+    exit_code: int | None
+    output: bytes
+    instructions: int
+    fault: Fault | None
+    retired: list[Retire] | None
+    timed_out: bool
+
+
+class InputError(ElfError):
+    """``--input`` cannot be placed: no input buffer in the ELF, or the text is too long."""
+
+
+class _Trap(Exception):
+    """Raised inside an instruction closure; the run loop adds pc and word."""
+
+    def __init__(self, cause: FaultCause, detail: str = "") -> None:
+        self.cause, self.detail = cause, detail
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _s32(v: int) -> int:
+    return v - (1 << 32) if v & SIGN else v
+
+
+def _div(a: int, b: int) -> int:
+    if b == 0:
+        return M
+    sa, sb = _s32(a), _s32(b)
+    if sa == -SIGN and sb == -1:
+        return SIGN
+    q = abs(sa) // abs(sb)
+    return (-q if (sa < 0) != (sb < 0) else q) & M
+
+
+def _rem(a: int, b: int) -> int:
+    if b == 0:
+        return a
+    sa, sb = _s32(a), _s32(b)
+    if sa == -SIGN and sb == -1:
+        return 0
+    r = abs(sa) % abs(sb)
+    return (-r if sa < 0 else r) & M
+
+
+class Machine:
+    """An RV32IM + Zba machine with the shipped memory map.
+
+    Build one with :meth:`from_elf`, or ``Machine()`` then :meth:`write` / :meth:`load_words`
+    for hand-assembled tests. ``regs`` (list of 32 unsigned ints) and ``pc`` may be read and
+    set between runs; :meth:`read` / :meth:`write` access memory by address (loader view:
+    ROM is writable through them).
+    """
+
+    def __init__(self, entry: int = memmap.CODE_BASE) -> None:
+        self.regs: list[int] = [0] * 32
+        self.regs[memmap.REG_SP] = memmap.STACK_TOP
+        self.pc: int = entry
+        self.mem = bytearray(memmap.RAM_END)
+        mv = memoryview(self.mem)
+        self._views = (mv, mv.cast("b"), mv.cast("H"), mv.cast("h"), mv.cast("I"))
+        self.output = bytearray()
+        self.symbols: dict[str, int] = {}
+        self.exit_code: int | None = None
+        self.fault: Fault | None = None
+        self._table: list[Callable[[], int]] | None = None
+        self._decoded: list[isa.Decoded | None] = []
+
+    # ------------------------------------------------------------ loading
+
+    @classmethod
+    def from_elf(cls, path: str | Path, input_text: bytes | None = None) -> "Machine":
+        """Load an ELF (see :mod:`cpu.elf`); with ``input_text``, write it NUL-terminated
+        at the ELF's ``__input_buffer`` (:class:`InputError` if there is none or it does not
+        fit ``__input_size``)."""
+        image = read_elf(path)
+        m = cls(image.entry)
+        for seg in image.segments:
+            m.write(seg.vaddr, seg.data + bytes(seg.memsz - len(seg.data)))
+        m.symbols = {name: s.value for name, s in image.symbols.items()}
+        if input_text is not None:
+            m._place_input(image, input_text)
+        return m
+
+    def _place_input(self, image: ElfImage, text: bytes) -> None:
+        buf = image.symbols.get(memmap.INPUT_BUFFER_SYMBOL)
+        if buf is None:
+            raise InputError(f"{image.path}: --input given but the program has no input buffer "
+                             f"(no symbol {memmap.INPUT_BUFFER_SYMBOL} in the ELF)")
+        size = self._input_capacity(image)
+        if b"\0" in text:
+            raise InputError("--input text must not contain NUL bytes")
+        if size is not None and len(text) + 1 > size:
+            raise InputError(f"--input text is {len(text)} bytes; the program's input buffer "
+                             f"holds {size} bytes including the terminating NUL")
+        end = buf.value + len(text) + 1
+        if not (_RAM_BASE <= buf.value and end <= _RAM_END):
+            raise InputError(f"{image.path}: input buffer at 0x{buf.value:08x} "
+                             f"({len(text) + 1} bytes needed) is not inside RAM")
+        self.write(buf.value, text + b"\0")
+
+    def _input_capacity(self, image: ElfImage) -> int | None:
+        """``__input_size``: an absolute symbol whose value is the size, or a 4-byte
+        variable holding it; else the size of the ``__input_buffer`` object; else None."""
+        sym = image.symbols.get(memmap.INPUT_SIZE_SYMBOL)
+        if sym is not None:
+            if sym.shndx == "SHN_ABS" or sym.size == 0:
+                return sym.value
+            return int.from_bytes(self.read(sym.value, 4), "little")
+        buf = image.symbols[memmap.INPUT_BUFFER_SYMBOL]
+        return buf.size or None
+
+    def load_words(self, words: list[int], addr: int = memmap.CODE_BASE) -> None:
+        """Write instruction words (little-endian) at ``addr``: for hand-assembled tests."""
+        self.write(addr, b"".join((w & M).to_bytes(4, "little") for w in words))
+
+    def write(self, addr: int, data: bytes) -> None:
+        """Write bytes into code ROM, rodata ROM or RAM (loader access, ROM allowed)."""
+        self._check_span(addr, len(data))
+        self.mem[addr:addr + len(data)] = data
+        if addr < _CODE_END:
+            self._table = None
+
+    def read(self, addr: int, size: int) -> bytes:
+        """Read ``size`` bytes from code ROM, rodata ROM or RAM."""
+        self._check_span(addr, size)
+        return bytes(self.mem[addr:addr + size])
+
+    def read_word(self, addr: int) -> int:
+        return int.from_bytes(self.read(addr, 4), "little")
+
+    @staticmethod
+    def _check_span(addr: int, size: int) -> None:
+        from cpu.elf import region_of
+        if size and region_of(addr, size) is None:
+            raise ValueError(f"{span_text(addr, size)} is not inside one memory region")
+
+    # ------------------------------------------------------------ running
+
+    def run(self, max_steps: int, trace: bool = False) -> RunResult:
+        """Run until exit, fault or ``max_steps`` retired instructions; see :class:`RunResult`.
+
+        Without ``trace`` it takes the fast path (no records). A halted machine (exited or
+        faulted) returns its stored outcome with 0 instructions."""
+        if max_steps < 0:
+            raise ValueError("max_steps must be >= 0")
+        out_start = len(self.output)
+        if self.exit_code is not None or self.fault is not None:
+            return RunResult(self.exit_code, b"", 0, self.fault, [] if trace else None, False)
+        if self._table is None:
+            self._build_table()
+        retired: list[Retire] | None = [] if trace else None
+        if trace:
+            n = self._run_trace(max_steps, retired)
+        else:
+            n = self._run_fast(max_steps)
+        done = self.exit_code is not None or self.fault is not None
+        return RunResult(self.exit_code, bytes(self.output[out_start:]), n, self.fault, retired,
+                         timed_out=not done)
+
+    def _stop(self, exc: Exception, pc: int) -> None:
+        if isinstance(exc, _Exit):
+            self.exit_code = exc.code
+            self.pc = pc
+        else:
+            assert isinstance(exc, _Trap)
+            slot = pc >> 2
+            insn = self._word(pc) if slot < _N_SLOTS else None
+            self.fault = Fault(pc, insn, exc.cause, exc.detail)
+            self.pc = pc
+
+    def _word(self, pc: int) -> int:
+        return self._views[4][pc >> 2]
+
+    def _run_fast(self, max_steps: int) -> int:
+        table = self._table
+        pc = self.pc
+        n = -1
+        try:
+            for n in range(max_steps):
+                pc = table[pc >> 2]()
+        except _Exit as e:
+            self._stop(e, pc)
+            return n + 1
+        except _Trap as e:
+            self._stop(e, pc)
+            return n
+        self.pc = pc
+        return max_steps
+
+    def _run_trace(self, max_steps: int, out: list[Retire]) -> int:
+        table, decoded, regs = self._table, self._decoded, self.regs
+        views = self._views
+        widths = {"lb": 1, "lbu": 1, "sb": 1, "lh": 2, "lhu": 2, "sh": 2, "lw": 4, "sw": 4}
+        pc = self.pc
+        for n in range(max_steps):
+            slot = pc >> 2
+            d = decoded[slot] if slot < _N_SLOTS else None
+            addr = width = data = None
+            is_store = False
+            if d is not None and d.name in widths:
+                width = widths[d.name]
+                addr = (regs[d.rs1] + d.imm) & M
+                if d.spec.fmt is isa.Fmt.S:
+                    is_store = True
+                    data = regs[d.rs2] & ((1 << (8 * width)) - 1)
+            try:
+                npc = table[slot]()
+            except _Exit as e:
+                out.append(Retire(pc, d.word, None, None, None, None, None, False, pc + 4))
+                self._stop(e, pc)
+                return n + 1
+            except _Trap as e:
+                self._stop(e, pc)
+                return n
+            if addr is not None and not is_store:
+                data = int.from_bytes(views[0][addr:addr + width], "little")
+            if d.writes_rd:
+                out.append(Retire(pc, d.word, d.rd, regs[d.rd], addr, data, width, is_store, npc))
+            else:
+                out.append(Retire(pc, d.word, None, None, addr, data, width, is_store, npc))
+            pc = npc
+        self.pc = pc
+        return max_steps
+
+    # ------------------------------------------------------------ pre-decoding
+
+    def _build_table(self) -> None:
+        words = self._views[4][:_N_SLOTS]
+        table: list[Callable[[], int]] = [None] * (_N_SLOTS + 1)  # type: ignore[list-item]
+        decoded: list[isa.Decoded | None] = [None] * _N_SLOTS
+        zero = _make_trap(isa.decode(0), 0, "")
+        for slot, word in enumerate(words):
+            if word == 0:
+                table[slot] = zero
+                continue
+            d = isa.decode(word)
+            decoded[slot] = d
+            table[slot] = self._compile(d, word, slot * 4)
+
+        def fetch_fault() -> int:
+            raise _Trap(FaultCause.FETCH_OUTSIDE_CODE,
+                        f"execution ran past the end of code ROM (0x{_CODE_END:08x})")
+        table[_N_SLOTS] = fetch_fault
+        self._table, self._decoded = table, decoded
+
+    def _compile(self, d: isa.Decoded | None, word: int, pc: int) -> Callable[[], int]:
+        if d is None or not d.spec.supported:
+            return _make_trap(d, word, "")
+        return _COMPILERS[d.spec.fmt](self, d, pc)
+
+
+# ---------------------------------------------------------------- instruction closures
+
+def _make_trap(d: isa.Decoded | None, word: int, _: str) -> Callable[[], int]:
+    if d is None:
+        cause, detail = FaultCause.ILLEGAL_INSTRUCTION, "not an RV32IM/Zba encoding"
+    elif d.name == "ebreak":
+        cause, detail = FaultCause.EBREAK, ""
+    else:
+        cause, detail = FaultCause.UNSUPPORTED_INSTRUCTION, f"{d.name} is not supported"
+
+    def trap() -> int:
+        raise _Trap(cause, detail)
+    return trap
+
+
+def _target_trap(target: int) -> _Trap | None:
+    """The fault a jump to ``target`` raises, or None when it is a valid code address."""
+    if target & 3:
+        return _Trap(FaultCause.MISALIGNED_JUMP, f"target 0x{target & M:08x} is not a multiple of 4")
+    if not 0 <= target < _CODE_END:
+        return _Trap(FaultCause.BAD_JUMP, f"target 0x{target & M:08x} is outside code ROM "
+                     f"0x{memmap.CODE_BASE:08x}..0x{_CODE_END:08x}")
+    return None
+
+
+def _compile_r(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, rs1, rs2, npc, n = m.regs, d.rd, d.rs1, d.rs2, pc + 4, d.name
+    if rd == 0:
+        return lambda: npc
+    if n == "add":
+        def f():
+            regs[rd] = (regs[rs1] + regs[rs2]) & M
+            return npc
+    elif n == "sub":
+        def f():
+            regs[rd] = (regs[rs1] - regs[rs2]) & M
+            return npc
+    elif n == "sll":
+        def f():
+            regs[rd] = (regs[rs1] << (regs[rs2] & 31)) & M
+            return npc
+    elif n == "slt":
+        def f():
+            regs[rd] = 1 if (regs[rs1] ^ SIGN) < (regs[rs2] ^ SIGN) else 0
+            return npc
+    elif n == "sltu":
+        def f():
+            regs[rd] = 1 if regs[rs1] < regs[rs2] else 0
+            return npc
+    elif n == "xor":
+        def f():
+            regs[rd] = regs[rs1] ^ regs[rs2]
+            return npc
+    elif n == "srl":
+        def f():
+            regs[rd] = regs[rs1] >> (regs[rs2] & 31)
+            return npc
+    elif n == "sra":
+        def f():
+            regs[rd] = (((regs[rs1] ^ SIGN) - SIGN) >> (regs[rs2] & 31)) & M
+            return npc
+    elif n == "or":
+        def f():
+            regs[rd] = regs[rs1] | regs[rs2]
+            return npc
+    elif n == "and":
+        def f():
+            regs[rd] = regs[rs1] & regs[rs2]
+            return npc
+    elif n == "mul":
+        def f():
+            regs[rd] = (regs[rs1] * regs[rs2]) & M
+            return npc
+    elif n == "mulh":
+        def f():
+            regs[rd] = ((((regs[rs1] ^ SIGN) - SIGN) * ((regs[rs2] ^ SIGN) - SIGN)) >> 32) & M
+            return npc
+    elif n == "mulhsu":
+        def f():
+            regs[rd] = ((((regs[rs1] ^ SIGN) - SIGN) * regs[rs2]) >> 32) & M
+            return npc
+    elif n == "mulhu":
+        def f():
+            regs[rd] = (regs[rs1] * regs[rs2]) >> 32
+            return npc
+    elif n == "div":
+        def f():
+            regs[rd] = _div(regs[rs1], regs[rs2])
+            return npc
+    elif n == "divu":
+        def f():
+            b = regs[rs2]
+            regs[rd] = regs[rs1] // b if b else M
+            return npc
+    elif n == "rem":
+        def f():
+            regs[rd] = _rem(regs[rs1], regs[rs2])
+            return npc
+    elif n == "remu":
+        def f():
+            b = regs[rs2]
+            regs[rd] = regs[rs1] % b if b else regs[rs1]
+            return npc
+    elif n in ("sh1add", "sh2add", "sh3add"):
+        sh = int(n[2])
+
+        def f():
+            regs[rd] = ((regs[rs1] << sh) + regs[rs2]) & M
+            return npc
+    else:  # pragma: no cover - the table and this function list the same names
+        raise AssertionError(n)
+    return f
+
+
+def _compile_i(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, rs1, imm, npc, n = m.regs, d.rd, d.rs1, d.imm, pc + 4, d.name
+    if n == "jalr":
+        return _compile_jalr(m, d, pc)
+    if rd == 0:
+        return lambda: npc
+    uimm = imm & M
+    if n == "addi":
+        def f():
+            regs[rd] = (regs[rs1] + imm) & M
+            return npc
+    elif n == "slti":
+        simm = uimm ^ SIGN
+
+        def f():
+            regs[rd] = 1 if (regs[rs1] ^ SIGN) < simm else 0
+            return npc
+    elif n == "sltiu":
+        def f():
+            regs[rd] = 1 if regs[rs1] < uimm else 0
+            return npc
+    elif n == "xori":
+        def f():
+            regs[rd] = regs[rs1] ^ uimm
+            return npc
+    elif n == "ori":
+        def f():
+            regs[rd] = regs[rs1] | uimm
+            return npc
+    elif n == "andi":
+        def f():
+            regs[rd] = regs[rs1] & uimm
+            return npc
+    else:  # pragma: no cover
+        raise AssertionError(n)
+    return f
+
+
+def _compile_shift(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, rs1, sh, npc, n = m.regs, d.rd, d.rs1, d.imm, pc + 4, d.name
+    if rd == 0:
+        return lambda: npc
+    if n == "slli":
+        def f():
+            regs[rd] = (regs[rs1] << sh) & M
+            return npc
+    elif n == "srli":
+        def f():
+            regs[rd] = regs[rs1] >> sh
+            return npc
+    else:
+        def f():
+            regs[rd] = (((regs[rs1] ^ SIGN) - SIGN) >> sh) & M
+            return npc
+    return f
+
+
+def _compile_u(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, npc = m.regs, d.rd, pc + 4
+    if rd == 0:
+        return lambda: npc
+    value = (d.imm + (pc if d.name == "auipc" else 0)) & M
+
+    def f():
+        regs[rd] = value
+        return npc
+    return f
+
+
+def _compile_jal(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, link, target = m.regs, d.rd, (pc + 4) & M, pc + d.imm
+    trap = _target_trap(target)
+    if trap is not None:
+        def bad():
+            raise trap
+        return bad
+    if rd == 0:
+        return lambda: target
+
+    def f():
+        regs[rd] = link
+        return target
+    return f
+
+
+def _compile_jalr(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, rs1, imm, link = m.regs, d.rd, d.rs1, d.imm, (pc + 4) & M
+
+    def f():
+        t = (regs[rs1] + imm) & 0xFFFF_FFFE
+        if t & 2 or t >= _CODE_END:
+            raise _target_trap(t)
+        if rd:
+            regs[rd] = link
+        return t
+    return f
+
+
+def _compile_b(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rs1, rs2, npc, n = m.regs, d.rs1, d.rs2, pc + 4, d.name
+    target = pc + d.imm
+    trap = _target_trap(target)
+    if trap is not None:      # the branch faults only when taken
+        def bad():
+            raise trap
+        tgt_fn = bad
+        target = -1
+    if n == "beq":
+        def f():
+            return target if regs[rs1] == regs[rs2] else npc
+    elif n == "bne":
+        def f():
+            return target if regs[rs1] != regs[rs2] else npc
+    elif n == "blt":
+        def f():
+            return target if (regs[rs1] ^ SIGN) < (regs[rs2] ^ SIGN) else npc
+    elif n == "bge":
+        def f():
+            return target if (regs[rs1] ^ SIGN) >= (regs[rs2] ^ SIGN) else npc
+    elif n == "bltu":
+        def f():
+            return target if regs[rs1] < regs[rs2] else npc
+    else:
+        def f():
+            return target if regs[rs1] >= regs[rs2] else npc
+    if trap is None:
+        return f
+
+    def checked():
+        r = f()
+        return tgt_fn() if r == -1 else r
+    return checked
+
+
+def _load_fault(a: int, width: int) -> _Trap:
+    a &= M
+    if a & (width - 1):
+        return _Trap(FaultCause.MISALIGNED_LOAD,
+                     f"address 0x{a:08x} is not a multiple of {width}")
+    what = " (the UART is write-only)" if a == _UART else ""
+    return _Trap(FaultCause.LOAD_ACCESS, f"address 0x{a:08x}{what}")
+
+
+def _compile_load(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rd, rs1, imm, npc, n = m.regs, d.rd, d.rs1, d.imm, pc + 4, d.name
+    b, sb, h, sh, w = m._views
+    view, shift, width = {"lb": (sb, 0, 1), "lbu": (b, 0, 1), "lh": (sh, 1, 2),
+                          "lhu": (h, 1, 2), "lw": (w, 2, 4)}[n]
+    amask = width - 1
+    if rd == 0:
+        def f0():
+            a = regs[rs1] + imm
+            if a & amask or not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
+                raise _load_fault(a, width)
+            return npc
+        return f0
+    if shift == 0:
+        def f():
+            a = regs[rs1] + imm
+            if not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
+                raise _load_fault(a, width)
+            regs[rd] = view[a] & M
+            return npc
+    else:
+        def f():
+            a = regs[rs1] + imm
+            if a & amask or not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
+                raise _load_fault(a, width)
+            regs[rd] = view[a >> shift] & M
+            return npc
+    return f
+
+
+def _compile_store(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    regs, rs1, rs2, imm, npc, n = m.regs, d.rs1, d.rs2, d.imm, pc + 4, d.name
+    b, _, h, _, w = m._views
+    view, shift, width = {"sb": (b, 0, 1), "sh": (h, 1, 2), "sw": (w, 2, 4)}[n]
+    amask, vmask = width - 1, (1 << (8 * width)) - 1
+    output = m.output
+
+    def slow(a: int) -> None:
+        a &= M
+        if a & amask:
+            raise _Trap(FaultCause.MISALIGNED_STORE, f"address 0x{a:08x} is not a multiple of {width}")
+        if a == _UART:
+            if width != 1:
+                raise _Trap(FaultCause.STORE_ACCESS,
+                            f"address 0x{a:08x} (the UART takes byte stores (sb) only)")
+            output.append(regs[rs2] & 0xFF)
+            return
+        if a < _ROM_LIMIT:
+            region = "code ROM" if a < memmap.CODE_END else "rodata ROM"
+            raise _Trap(FaultCause.STORE_TO_ROM, f"address 0x{a:08x} is in {region}")
+        raise _Trap(FaultCause.STORE_ACCESS, f"address 0x{a:08x}")
+
+    if shift == 0:
+        def f():
+            a = regs[rs1] + imm
+            if _RAM_BASE <= a < _RAM_END:
+                view[a] = regs[rs2] & 0xFF
+            else:
+                slow(a)
+            return npc
+    else:
+        def f():
+            a = regs[rs1] + imm
+            if a & amask or not _RAM_BASE <= a < _RAM_END:
+                slow(a)
+            else:
+                view[a >> shift] = regs[rs2] & vmask
+            return npc
+    return f
+
+
+def _compile_system(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
+    npc = pc + 4
+    if d.name == "fence":
+        return lambda: npc
+    regs = m.regs                                   # ecall
+
+    def f():
+        if regs[memmap.REG_A7] == memmap.EXIT_SYSCALL:
+            raise _Exit(_s32(regs[memmap.REG_A0]))
+        raise _Trap(FaultCause.BAD_ECALL, f"a7 = {regs[memmap.REG_A7]} (only "
+                    f"{memmap.EXIT_SYSCALL}, exit, is supported)")
+    return f
+
+
+_COMPILERS: dict[object, Callable[[Machine, isa.Decoded, int], Callable[[], int]]] = {
+    isa.Fmt.R: _compile_r,
+    isa.Fmt.I: _compile_i,
+    isa.Fmt.SHIFT: _compile_shift,
+    isa.Fmt.U: _compile_u,
+    isa.Fmt.J: _compile_jal,
+    isa.Fmt.B: _compile_b,
+    isa.Fmt.LOAD: _compile_load,
+    isa.Fmt.S: _compile_store,
+    isa.Fmt.NONE: _compile_system,
+}

@@ -1,0 +1,46 @@
+"""The shipped CPU's memory map and machine conventions (BRIEF §6), as constants.
+
+Every engine (the ISA emulator, the core in the simulator, the compiled weights) and the
+firmware's linker script agree on these numbers; ``docs/cpu.md`` describes them in words.
+"""
+from __future__ import annotations
+
+#: Code ROM: instructions are fetched only from here (read-only; loads are allowed).
+CODE_BASE = 0x0000_0000
+CODE_SIZE = 256 * 1024
+CODE_END = CODE_BASE + CODE_SIZE
+
+#: Read-only data ROM (``.rodata``): loads only.
+RODATA_BASE = 0x0004_0000
+RODATA_SIZE = 128 * 1024
+RODATA_END = RODATA_BASE + RODATA_SIZE
+
+#: RAM: initialised from the ELF's writable segments (``.bss`` zero); the stack starts at
+#: its top.
+RAM_BASE = 0x0008_0000
+RAM_SIZE = 32 * 1024
+RAM_END = RAM_BASE + RAM_SIZE
+STACK_TOP = RAM_END
+
+#: UART: a byte store (``sb``) to this address prints that byte. Write-only.
+UART_TX = 0x1000_0000
+
+#: ``ecall`` with a7 = EXIT_SYSCALL ends the program with exit code a0.
+EXIT_SYSCALL = 93
+
+#: Register numbers of the ABI registers the conventions use.
+REG_SP = 2
+REG_A0 = 10
+REG_A7 = 17
+
+#: The firmware's input buffer: the loader writes ``--input`` text (NUL-terminated) at the
+#: address of this ELF symbol; its capacity in bytes is ``INPUT_SIZE_SYMBOL``.
+INPUT_BUFFER_SYMBOL = "__input_buffer"
+INPUT_SIZE_SYMBOL = "__input_size"
+
+#: The regions an ELF segment may be loaded into: (name, base, size, writable).
+REGIONS: tuple[tuple[str, int, int, bool], ...] = (
+    ("code ROM", CODE_BASE, CODE_SIZE, False),
+    ("rodata ROM", RODATA_BASE, RODATA_SIZE, False),
+    ("RAM", RAM_BASE, RAM_SIZE, True),
+)

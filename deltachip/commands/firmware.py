@@ -1,0 +1,86 @@
+"""``deltachip firmware``: build RV32IM + Zba firmware ELFs and list the shipped programs.
+
+``deltachip firmware build SRC... -o OUT.elf [-O2] [--compiler zig|gcc|auto]`` compiles C and
+assembly sources with the runtime and the project's memory map (:mod:`firmware.toolchain`);
+a shipped program's name (``hello``, ``calc``, …) may stand for its sources.
+``deltachip firmware list`` prints the shipped programs and their sources.
+Exit status 0 on success, 2 on a build error (the compiler's message is printed).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """examples:
+  deltachip firmware build firmware/programs/hello.c -o hello.elf
+  deltachip firmware build calc -o calc.elf            # a shipped program by name
+  deltachip firmware build main.c util.c start.S -o prog.elf -Os --compiler gcc
+  deltachip firmware list
+
+Memory map, runtime functions and the input buffer: docs/firmware.md.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "firmware", help="build firmware ELFs for the RV32IM+Zba CPU",
+        description="Build C/assembly firmware for the deltachip CPU (code ROM 0x0, rodata "
+                    "ROM 0x40000, RAM 0x80000), or list the shipped programs.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="firmware_command", metavar="ACTION")
+    b = sub.add_parser("build", help="compile and link sources into an ELF",
+                       description="Compile C (.c) and assembly (.S) sources together with the "
+                                   "runtime (crt0, printf, memcpy, ...) into an ELF.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("sources", nargs="+", metavar="SRC",
+                   help="source files (.c, .S, .s), or the name of a shipped program")
+    b.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.elf",
+                   help="the ELF to write (written atomically)")
+    b.add_argument("-O", dest="opt", default="2", choices=["0", "1", "2", "3", "s", "z"],
+                   help="optimisation level (default -O2)")
+    b.add_argument("--compiler", default="auto", choices=["auto", "zig", "gcc"],
+                   help="zig (python -m ziglang cc), gcc (riscv64-unknown-elf-gcc), or auto "
+                        "(zig when installed, else gcc)")
+    b.set_defaults(func=build_command)
+    ls = sub.add_parser("list", help="list the shipped programs",
+                        description="List the shipped firmware programs and their sources.",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ls.set_defaults(func=list_command)
+    p.set_defaults(func=lambda args: _no_action(p))
+
+
+def _no_action(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _resolve_sources(names: list[str]) -> list[Path]:
+    """Paths as given; a bare name of a shipped program (no such file) expands to its sources."""
+    from firmware import toolchain
+    programs = toolchain.shipped_programs()
+    sources: list[Path] = []
+    for name in names:
+        path = Path(name)
+        if not path.exists() and name in programs:
+            sources.extend(programs[name])
+        else:
+            sources.append(path)
+    return sources
+
+
+def build_command(args: argparse.Namespace) -> int:
+    from firmware import toolchain
+    sources = _resolve_sources(args.sources)
+    out = toolchain.build(sources, args.output, opt=f"-O{args.opt}", compiler=args.compiler)
+    print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+    return 0
+
+
+def list_command(args: argparse.Namespace) -> int:
+    from firmware import toolchain
+    root = toolchain.FIRMWARE_DIR.parent
+    for name, sources in toolchain.shipped_programs().items():
+        shown = " ".join(str(s.relative_to(root)) if s.is_relative_to(root) else str(s)
+                         for s in sources)
+        print(f"{name:<10} {shown}")
+    return 0

@@ -1,0 +1,101 @@
+"""``deltachip sim``: run a circuit in the reference simulator and print its token stream.
+
+Takes: a ``.hdl`` file (its top circuit, or ``--top NAME``), optional ROM images, a start
+token, a step budget. Gives: one line per token on stdout (``Kind field=value ...``, signed
+fields signed), from the start token until a halt token or the budget; optionally a VCD
+waveform. Exit status 0; bad input is a UserError (status 2).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from deltachip.errors import UserError
+
+DESCRIPTION = """Run a circuit in the reference simulator: print the token stream, one token per
+line, from the start token until a halt token or --steps steps."""
+
+EPILOG = """examples:
+  deltachip sim examples/counter/counter.hdl
+  deltachip sim examples/gcd/gcd.hdl --start 'Start a=48 b=18' --steps 100
+  deltachip sim cpu.hdl --rom code=prog.hex --vcd run.vcd --steps 5000
+
+--rom NAME=FILE replaces memory NAME's image (.hex: one hexadecimal word per line;
+.bin: raw little-endian words); a RAM's initial contents can be given the same way.
+--vcd writes every named signal, the token and the memory writes (1 ns = 1 step).
+"""
+
+CHUNK = 4096
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sim", help="run a circuit in the reference simulator",
+                              description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE.hdl", help="the source file")
+    p.add_argument("--top", metavar="NAME", help="the circuit to run (default: the file's top)")
+    p.add_argument("--steps", type=int, default=1000, metavar="N",
+                   help="stop after N steps without a halt token (default 1000)")
+    p.add_argument("--rom", action="append", default=[], metavar="NAME=FILE",
+                   help="load memory NAME from FILE (.hex or .bin); repeatable")
+    p.add_argument("--start", metavar="'Kind f=1 g=2'",
+                   help="the first token (default: the circuit's `start`)")
+    p.add_argument("--vcd", metavar="OUT.vcd", help="write a waveform of the run")
+    p.add_argument("--engine", choices=["auto", "c", "python"], default="auto",
+                   help="simulator backend (default auto: C when a compiler works)")
+    p.set_defaults(func=run)
+
+
+def load_circuit(path: str, top: str | None):
+    """The elaborated top circuit of ``path`` (the front end's errors are UserErrors)."""
+    from hdl.frontend import load_circuit as frontend_load
+    return frontend_load(path, top=top)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hdl.sim import Simulator, format_token, load_image, parse_token
+    if args.steps < 0:
+        raise UserError(f"--steps must be >= 0, got {args.steps}")
+    circuit = load_circuit(args.file, args.top)
+    if not circuit.kinds:
+        raise UserError(f"{args.file}: '{circuit.name}' is a module, not a circuit: "
+                        "`deltachip sim` runs circuits (token kinds and `next`)")
+    roms: dict[str, list[int]] = {}
+    for spec in args.rom:
+        name, eq, file = spec.partition("=")
+        if not eq or not name or not file:
+            raise UserError(f"--rom expects NAME=FILE, got '{spec}'")
+        mem = circuit.memories.get(name)
+        if mem is None:
+            known = ", ".join(circuit.memories) or "none"
+            raise UserError(f"--rom {spec}: circuit '{circuit.name}' has no memory '{name}' "
+                            f"(its memories: {known})")
+        roms[name] = load_image(file, mem.width, mem.depth, name)
+    if args.start is not None:
+        start = parse_token(circuit, args.start)
+    elif circuit.start is not None:
+        start = circuit.start
+    else:
+        raise UserError(f"circuit '{circuit.name}' declares no start token: give one with "
+                        "--start 'Kind field=value ...'")
+    sim = Simulator(circuit, roms=roms, backend=args.engine)
+    tokens = [start]
+    trace = []
+    out = sys.stdout
+    out.write(format_token(circuit, start) + "\n")
+    left = args.steps
+    while left > 0 and not circuit.kinds[tokens[-1].kind].halt:
+        chunk = sim.run(tokens[-1], min(left, CHUNK), trace=bool(args.vcd))
+        new = chunk[1:]
+        out.write("".join(format_token(circuit, t) + "\n" for t in new))
+        left -= len(new)
+        if args.vcd:
+            tokens += new
+            trace += sim.trace
+        else:
+            tokens = [new[-1]] if new else tokens
+    out.flush()
+    if args.vcd:
+        from hdl.sim.waveform import write_vcd
+        write_vcd(args.vcd, circuit, tokens, trace)
+    return 0

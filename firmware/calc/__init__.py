@@ -1,0 +1,1 @@
+"""deltachip firmware: calc (data files; see docs/firmware.md)."""

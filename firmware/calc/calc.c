@@ -1,0 +1,356 @@
+/* calc: an exact calculator over big integers and fractions, for the deltachip CPU.
+ *
+ * Reads expressions from the input buffer, one per line, and prints each result on its
+ * own line: an integer, or a fraction p/q in lowest terms (q > 0). Syntax and semantics
+ * follow Python with every number a fractions.Fraction:
+ *
+ *   expr   := term (('+' | '-') term)*
+ *   term   := factor (('*' | '/' | '//' | '%') factor)*
+ *   factor := ('+' | '-') factor | power
+ *   power  := primary ['**' factor]          (right-associative, binds tighter than unary -)
+ *   primary:= NUMBER | '(' expr ')' | 'gcd' '(' expr ',' expr ')'
+ *
+ * '/' is exact division; '//' and '%' floor like Python (also on fractions); '**' takes an
+ * integer exponent (a negative one gives a fraction); gcd takes integers. Numbers (and
+ * every intermediate numerator and denominator) have at most 1024 digits.
+ *
+ * A bad line prints one line "error: ..." and the program exits with the first error's
+ * code: 1 syntax, 2 arithmetic (division by zero, non-integer exponent / gcd argument),
+ * 3 limits (over 1024 digits, nesting too deep). Exit 0 when every line succeeded. */
+#include "bigint.h"
+#include "deltachip.h"
+
+typedef struct {
+    big_t num;
+    big_t den;   /* > 0; gcd(num, den) == 1; zero is 0/1 */
+} frac_t;
+
+/* ---- error exits ---------------------------------------------------------------- */
+
+typedef uint32_t calc_jmp_buf[14];
+int calc_setjmp(calc_jmp_buf env) __attribute__((returns_twice));
+__attribute__((noreturn)) void calc_longjmp(calc_jmp_buf env, int value);
+
+static calc_jmp_buf on_error;
+
+void big_fail(int code, const char *message) {
+    printf("error: %s\n", message);
+    calc_longjmp(on_error, code);
+}
+
+/* ---- fractions ------------------------------------------------------------------ */
+
+static big_t t1, t2, t3;
+
+static void frac_set_int(frac_t *r, const big_t *n) {
+    big_copy(&r->num, n);
+    big_set_u32(&r->den, 1);
+}
+
+static int frac_is_int(const frac_t *a) { return big_is_unit(&a->den); }
+
+/* r = n / d in lowest terms, with d != 0 of either sign (n, d may be t1..t3). */
+static void frac_make(frac_t *r, big_t *n, big_t *d) {
+    if (d->neg) { big_neg(n, n); big_neg(d, d); }
+    if (!big_is_unit(d)) {
+        big_t *g = (n != &t3 && d != &t3) ? &t3 : (n != &t2 && d != &t2) ? &t2 : &t1;
+        big_gcd(g, n, d);
+        if (!big_is_unit(g)) {
+            big_divmod(n, 0, n, g);
+            big_divmod(d, 0, d, g);
+        }
+    }
+    big_copy(&r->num, n);
+    big_copy(&r->den, d);
+}
+
+static void frac_add(frac_t *r, const frac_t *a, const frac_t *b, int subtract) {
+    if (frac_is_int(a) && frac_is_int(b)) {
+        if (subtract) big_sub(&r->num, &a->num, &b->num);
+        else big_add(&r->num, &a->num, &b->num);
+        big_set_u32(&r->den, 1);
+        return;
+    }
+    big_mul(&t1, &a->num, &b->den);
+    big_mul(&t2, &b->num, &a->den);
+    if (subtract) big_sub(&t1, &t1, &t2);
+    else big_add(&t1, &t1, &t2);
+    big_mul(&t2, &a->den, &b->den);
+    frac_make(r, &t1, &t2);
+}
+
+static void frac_mul(frac_t *r, const frac_t *a, const frac_t *b) {
+    big_mul(&t1, &a->num, &b->num);
+    big_mul(&t2, &a->den, &b->den);
+    frac_make(r, &t1, &t2);
+}
+
+static void require_nonzero(const frac_t *b) {
+    if (big_is_zero(&b->num)) big_fail(CALC_MATH, "division by zero");
+}
+
+static void frac_div(frac_t *r, const frac_t *a, const frac_t *b) {
+    require_nonzero(b);
+    big_mul(&t1, &a->num, &b->den);
+    big_mul(&t2, &a->den, &b->num);
+    frac_make(r, &t1, &t2);
+}
+
+/* Python's Fraction: a // b = (na*db) // (da*nb); a % b = ((na*db) % (nb*da)) / (da*db). */
+static void frac_floordiv(frac_t *r, const frac_t *a, const frac_t *b) {
+    require_nonzero(b);
+    big_mul(&t1, &a->num, &b->den);
+    big_mul(&t2, &a->den, &b->num);
+    big_divmod(&t1, 0, &t1, &t2);
+    frac_set_int(r, &t1);
+}
+
+static void frac_mod(frac_t *r, const frac_t *a, const frac_t *b) {
+    require_nonzero(b);
+    big_mul(&t1, &a->num, &b->den);
+    big_mul(&t2, &b->num, &a->den);
+    big_divmod(0, &t1, &t1, &t2);
+    big_mul(&t2, &a->den, &b->den);
+    frac_make(r, &t1, &t2);
+}
+
+static void frac_pow(frac_t *r, const frac_t *a, const frac_t *e) {
+    if (!frac_is_int(e)) big_fail(CALC_MATH, "exponent is not an integer");
+    big_copy(&t3, &e->num);
+    int negative = t3.neg;
+    t3.neg = 0;
+    if (!negative) {
+        big_pow(&t1, &a->num, &t3);
+        big_pow(&t2, &a->den, &t3);
+    } else {
+        if (big_is_zero(&a->num)) big_fail(CALC_MATH, "division by zero");
+        big_pow(&t1, &a->den, &t3);   /* (n/d)**-k = d**k / n**k */
+        big_pow(&t2, &a->num, &t3);
+        if (t2.neg) { t2.neg = 0; big_neg(&t1, &t1); }
+    }
+    big_copy(&r->num, &t1);           /* coprime already: no reduction needed */
+    big_copy(&r->den, &t2);
+}
+
+static void frac_gcd(frac_t *r, const frac_t *a, const frac_t *b) {
+    if (!frac_is_int(a) || !frac_is_int(b)) big_fail(CALC_MATH, "gcd() needs integers");
+    big_gcd(&t1, &a->num, &b->num);
+    frac_set_int(r, &t1);
+}
+
+static void frac_print(const frac_t *a) {
+    big_print(&a->num);
+    if (!frac_is_int(a)) { putchar('/'); big_print(&a->den); }
+}
+
+/* ---- parser ----------------------------------------------------------------------- */
+
+/* Values live on a stack: each parse function pushes exactly one value. */
+#define POOL_SIZE 14
+#define MAX_DEPTH 48
+static frac_t pool[POOL_SIZE];
+static int pool_top;
+static int depth;
+
+static const char *line_start, *pos, *line_end;
+
+enum { T_END, T_NUM, T_GCD, T_LPAREN, T_RPAREN, T_COMMA, T_PLUS, T_MINUS, T_STAR, T_POW,
+       T_SLASH, T_FLOORDIV, T_PERCENT };
+
+static int tok;
+static const char *tok_start;
+static int tok_len;
+
+static const char *const token_names[] = {
+    "end of line", "a number", "'gcd'", "'('", "')'", "','", "'+'", "'-'", "'*'", "'**'",
+    "'/'", "'//'", "'%'",
+};
+
+__attribute__((noreturn)) static void syntax_error(const char *expected) {
+    printf("error: syntax error at column %d: expected %s, found ",
+           (int)(tok_start - line_start) + 1, expected);
+    if (tok == T_END) print("end of line");
+    else printf("'%c'", *tok_start);
+    putchar('\n');
+    calc_longjmp(on_error, CALC_SYNTAX);
+}
+
+static void next_token(void) {
+    while (pos < line_end && (*pos == ' ' || *pos == '\t' || *pos == '\r')) pos++;
+    tok_start = pos;
+    tok_len = 1;
+    if (pos >= line_end) { tok = T_END; tok_len = 0; return; }
+    char c = *pos;
+    if (c >= '0' && c <= '9') {
+        while (pos < line_end && *pos >= '0' && *pos <= '9') pos++;
+        tok = T_NUM;
+        tok_len = (int)(pos - tok_start);
+        return;
+    }
+    if (line_end - pos >= 3 && pos[0] == 'g' && pos[1] == 'c' && pos[2] == 'd') {
+        const char *after = pos + 3;
+        int letter = after < line_end && ((*after >= 'a' && *after <= 'z') ||
+                                          (*after >= 'A' && *after <= 'Z') || *after == '_');
+        if (!letter) { pos = after; tok = T_GCD; tok_len = 3; return; }
+    }
+    pos++;
+    switch (c) {
+    case '(': tok = T_LPAREN; return;
+    case ')': tok = T_RPAREN; return;
+    case ',': tok = T_COMMA; return;
+    case '+': tok = T_PLUS; return;
+    case '-': tok = T_MINUS; return;
+    case '%': tok = T_PERCENT; return;
+    case '*':
+        if (pos < line_end && *pos == '*') { pos++; tok = T_POW; tok_len = 2; }
+        else tok = T_STAR;
+        return;
+    case '/':
+        if (pos < line_end && *pos == '/') { pos++; tok = T_FLOORDIV; tok_len = 2; }
+        else tok = T_SLASH;
+        return;
+    default:
+        pos--;
+        tok = -1;   /* not a token: reported by the caller that expected something */
+        return;
+    }
+}
+
+static void expect(int kind) {
+    if (tok != kind) syntax_error(token_names[kind]);
+    next_token();
+}
+
+static frac_t *push(void) {
+    if (pool_top == POOL_SIZE) big_fail(CALC_TOO_BIG, "expression too complex");
+    return &pool[pool_top++];
+}
+
+static void enter(void) {
+    if (++depth > MAX_DEPTH) big_fail(CALC_TOO_BIG, "expression nested too deeply");
+}
+
+static void parse_expr(void);
+static void parse_factor(void);
+
+static void parse_primary(void) {
+    if (tok == T_NUM) {
+        if (tok_len > 1 && tok_start[0] == '0') {
+            for (int i = 0; i < tok_len; i++)
+                if (tok_start[i] != '0')
+                    syntax_error("a number without leading zeros");
+        }
+        frac_t *v = push();
+        big_from_digits(&v->num, tok_start, tok_len);
+        big_set_u32(&v->den, 1);
+        next_token();
+    } else if (tok == T_LPAREN) {
+        next_token();
+        parse_expr();
+        expect(T_RPAREN);
+    } else if (tok == T_GCD) {
+        next_token();
+        expect(T_LPAREN);
+        parse_expr();
+        expect(T_COMMA);
+        parse_expr();
+        expect(T_RPAREN);
+        frac_gcd(&pool[pool_top - 2], &pool[pool_top - 2], &pool[pool_top - 1]);
+        pool_top--;
+    } else {
+        syntax_error("a number, '(' or gcd");
+    }
+}
+
+static void parse_power(void) {
+    parse_primary();
+    if (tok == T_POW) {
+        next_token();
+        parse_factor();
+        frac_pow(&pool[pool_top - 2], &pool[pool_top - 2], &pool[pool_top - 1]);
+        pool_top--;
+    }
+}
+
+static void parse_factor(void) {
+    enter();
+    if (tok == T_MINUS || tok == T_PLUS) {
+        int minus = tok == T_MINUS;
+        next_token();
+        parse_factor();
+        if (minus) big_neg(&pool[pool_top - 1].num, &pool[pool_top - 1].num);
+    } else {
+        parse_power();
+    }
+    depth--;
+}
+
+static void parse_term(void) {
+    parse_factor();
+    while (tok == T_STAR || tok == T_SLASH || tok == T_FLOORDIV || tok == T_PERCENT) {
+        int op = tok;
+        next_token();
+        parse_factor();
+        frac_t *a = &pool[pool_top - 2], *b = &pool[pool_top - 1];
+        if (op == T_STAR) frac_mul(a, a, b);
+        else if (op == T_SLASH) frac_div(a, a, b);
+        else if (op == T_FLOORDIV) frac_floordiv(a, a, b);
+        else frac_mod(a, a, b);
+        pool_top--;
+    }
+}
+
+static void parse_expr(void) {
+    enter();
+    parse_term();
+    while (tok == T_PLUS || tok == T_MINUS) {
+        int subtract = tok == T_MINUS;
+        next_token();
+        parse_term();
+        frac_add(&pool[pool_top - 2], &pool[pool_top - 2], &pool[pool_top - 1], subtract);
+        pool_top--;
+    }
+    depth--;
+}
+
+/* Evaluates the line [start, end) and prints its result; returns 0 or an exit code. */
+static int evaluate_line(const char *start, const char *end) {
+    line_start = pos = start;
+    line_end = end;
+    pool_top = 0;
+    depth = 0;
+    int code = calc_setjmp(on_error);
+    if (code) return code;
+    next_token();
+    parse_expr();
+    if (tok != T_END) syntax_error("an operator or end of line");
+    frac_print(&pool[0]);
+    putchar('\n');
+    return 0;
+}
+
+static int is_blank(const char *s, const char *end) {
+    for (; s < end; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\r') return 0;
+    return 1;
+}
+
+int main(void) {
+    const char *s = input_text();
+    int status = 0, lines = 0;
+    while (*s) {
+        const char *end = s;
+        while (*end && *end != '\n') end++;
+        if (!is_blank(s, end)) {
+            int code = evaluate_line(s, end);
+            if (code && !status) status = code;
+            lines++;
+        }
+        s = *end ? end + 1 : end;
+    }
+    if (lines == 0) {
+        puts("error: no expression given (example input: 2**100)");
+        return CALC_SYNTAX;
+    }
+    return status;
+}

@@ -1,0 +1,1 @@
+"""deltachip firmware: isa_tests (data files; see docs/firmware.md)."""

@@ -1,0 +1,1 @@
+"""deltachip firmware: programs (data files; see docs/firmware.md)."""

@@ -1,0 +1,15 @@
+/* Prints the Fibonacci numbers F(0) .. F(41) = 165580141, one per line
+ * (F(40) = 102334155). */
+#include "deltachip.h"
+
+int main(void) {
+    volatile unsigned count = 42;
+    unsigned a = 0, b = 1;
+    for (unsigned n = 0; n < count; n++) {
+        printf("%u\n", a);
+        unsigned next = a + b;
+        a = b;
+        b = next;
+    }
+    return 0;
+}

@@ -1,0 +1,1 @@
+"""deltachip firmware: runtime (data files; see docs/firmware.md)."""

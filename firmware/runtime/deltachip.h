@@ -1,0 +1,48 @@
+/* deltachip firmware runtime: console output, exit, input buffer, memory helpers.
+ *
+ * Memory map, UART and exit convention: docs/firmware.md. All output goes to the UART
+ * (a byte store to 0x10000000 prints that byte); exit(code) is an ecall with a7 = 93.
+ */
+#ifndef DELTACHIP_H
+#define DELTACHIP_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* UART data register: a byte stored here is printed. */
+#define DELTACHIP_UART ((volatile unsigned char *)0x10000000u)
+
+/* The input text: NUL-terminated, written by the runner before the start
+ * (all zeros, i.e. the empty string, when no input was given). */
+extern char __input_buffer[];
+/* Its capacity in bytes, including the NUL (an absolute linker symbol: use its address). */
+extern char __input_size[];
+#define INPUT_CAPACITY ((size_t)(uintptr_t)__input_size)
+
+/* The input text (a pointer to __input_buffer). */
+const char *input_text(void);
+
+int putchar(int c);
+/* Prints s and a newline, like C's puts. Returns a non-negative number. */
+int puts(const char *s);
+/* Prints s without a newline. */
+void print(const char *s);
+/* printf subset: %d %i %u %x %X %s %c %p %%, with '-' (left align), '0' (zero pad) and a
+ * field width (digits or '*'); the 'l' and 'll' length modifiers (long long in decimal and
+ * hex). Returns the number of bytes written. */
+int printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int vprintf(const char *fmt, va_list ap);
+
+/* Ends the program with this exit code (ecall a7 = 93). */
+__attribute__((noreturn)) void exit(int code);
+__attribute__((noreturn)) void _exit(int code);
+
+void *memcpy(void *dst, const void *src, size_t n);
+void *memmove(void *dst, const void *src, size_t n);
+void *memset(void *dst, int c, size_t n);
+int memcmp(const void *a, const void *b, size_t n);
+size_t strlen(const char *s);
+int strcmp(const char *a, const char *b);
+
+#endif

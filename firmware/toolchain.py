@@ -1,0 +1,158 @@
+"""Build RV32IM + Zba firmware ELFs for the deltachip CPU.
+
+:func:`build` compiles C and assembly sources together with the runtime
+(``firmware/runtime``: crt0, printf, memcpy, …) and links them with the project's memory map
+(``firmware/runtime/link.ld``): code ROM at 0x0, rodata ROM at 0x40000, RAM at 0x80000.
+
+Two compilers are supported:
+
+* ``zig``: ``python -m ziglang cc -target riscv32-freestanding-none
+  -mcpu=generic_rv32+m+zba`` from the ``ziglang`` PyPI package (a project dependency);
+  zig links its compiler-rt, which provides the 64-bit division helpers (``__udivdi3`` …).
+* ``gcc``: Debian's ``riscv64-unknown-elf-gcc -march=rv32im_zba -mabi=ilp32``, linked with
+  ``-nostdlib`` plus the rv32im/ilp32 ``libgcc.a`` passed explicitly.
+
+``compiler="auto"`` picks zig when the ``ziglang`` package is importable, else gcc.
+A compiler failure raises :class:`ToolchainError` (a :class:`deltachip.errors.UserError`)
+carrying the compiler's own message. The ELF is written to a temporary file next to
+``output`` and renamed into place, so a failed build never leaves a half-written ELF.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from deltachip.errors import UserError
+
+FIRMWARE_DIR = Path(__file__).resolve().parent
+RUNTIME_DIR = FIRMWARE_DIR / "runtime"
+PROGRAMS_DIR = FIRMWARE_DIR / "programs"
+CALC_DIR = FIRMWARE_DIR / "calc"
+ISA_TESTS_DIR = FIRMWARE_DIR / "isa_tests"
+LINKER_SCRIPT = RUNTIME_DIR / "link.ld"
+RUNTIME_SOURCES = (RUNTIME_DIR / "crt0.S", RUNTIME_DIR / "runtime.c")
+
+OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz")
+COMPILERS = ("auto", "zig", "gcc")
+SOURCE_SUFFIXES = (".c", ".S", ".s")
+GCC = "riscv64-unknown-elf-gcc"
+
+# Flags shared by both compilers: freestanding C, no unwind tables, dead code removed.
+COMMON_FLAGS = [
+    "-ffreestanding", "-fno-builtin", "-fomit-frame-pointer",
+    "-fno-unwind-tables", "-fno-asynchronous-unwind-tables",
+    "-ffunction-sections", "-fdata-sections", "-Wall",
+]
+ZIG_TARGET = ["-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+zba"]
+# zig strips the symbol table at -Os/-Oz (ReleaseSmall); -g keeps it: loaders need the
+# symbols (__input_buffer, __input_size), and debug sections are never loaded.
+ZIG_EXTRA = ["-g"]
+GCC_TARGET = ["-march=rv32im_zba", "-mabi=ilp32"]
+GCC_LIBGCC_TARGET = ["-march=rv32im", "-mabi=ilp32"]
+
+
+class ToolchainError(UserError):
+    """The firmware could not be built: bad arguments, a missing compiler, or a compile error."""
+
+
+def zig_available() -> bool:
+    """True when the ``ziglang`` PyPI package is importable."""
+    return importlib.util.find_spec("ziglang") is not None
+
+
+def gcc_available() -> bool:
+    """True when ``riscv64-unknown-elf-gcc`` is on PATH."""
+    return shutil.which(GCC) is not None
+
+
+def resolve_compiler(compiler: str = "auto") -> str:
+    """Return ``"zig"`` or ``"gcc"`` for a requested compiler, checking it is installed."""
+    if compiler not in COMPILERS:
+        raise ToolchainError(f"error: unknown compiler {compiler!r} (choose from zig, gcc, auto)")
+    if compiler == "auto":
+        if zig_available():
+            return "zig"
+        if gcc_available():
+            return "gcc"
+        raise ToolchainError("error: no RISC-V compiler found: install the 'ziglang' package "
+                             f"(pip install ziglang) or Debian's gcc-riscv64-unknown-elf")
+    if compiler == "zig" and not zig_available():
+        raise ToolchainError("error: zig not found: pip install ziglang")
+    if compiler == "gcc" and not gcc_available():
+        raise ToolchainError(f"error: {GCC} not found: apt-get install gcc-riscv64-unknown-elf")
+    return compiler
+
+
+def compiler_command(compiler: str, sources: list[Path], output: Path, opt: str,
+                     include_dirs: list[Path]) -> list[str]:
+    """The full command line that builds ``sources`` into the ELF ``output``.
+
+    ``compiler`` is ``"zig"`` or ``"gcc"`` (already resolved); ``sources`` include the runtime.
+    """
+    includes = [f"-I{d}" for d in include_dirs]
+    link = [f"-T{LINKER_SCRIPT}", "-Wl,--gc-sections"]
+    if compiler == "zig":
+        return [sys.executable, "-m", "ziglang", "cc", *ZIG_TARGET, opt, *ZIG_EXTRA, *COMMON_FLAGS,
+                *includes, *link, "-o", str(output), *map(str, sources)]
+    # The multilib is chosen from -march: rv32im_zba matches none, so ask for rv32im's.
+    libgcc = subprocess.run([GCC, *GCC_LIBGCC_TARGET, "-print-libgcc-file-name"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    if not libgcc or not Path(libgcc).is_file():
+        raise ToolchainError(f"error: {GCC} has no rv32im/ilp32 libgcc.a "
+                             f"(-print-libgcc-file-name gave {libgcc!r})")
+    return [GCC, *GCC_TARGET, opt, *COMMON_FLAGS, "-nostdlib", "-nostartfiles", *includes,
+            *link, "-o", str(output), *map(str, sources), libgcc]
+
+
+def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "auto",
+          runtime: bool = True) -> Path:
+    """Compile and link ``sources`` (C ``.c`` and assembly ``.S``/``.s``) into an ELF.
+
+    Takes the source paths, the output ELF path, an optimisation flag (one of
+    ``OPT_LEVELS``), the compiler (``"zig"``, ``"gcc"`` or ``"auto"``) and whether to link
+    the runtime (crt0 + ``runtime.c``; without it the sources must define ``_start``).
+    Returns ``output`` (the written ELF). Raises :class:`ToolchainError` on bad arguments, a
+    missing compiler, or a compiler failure (the message includes the compiler's output).
+    """
+    sources = [Path(s) for s in sources]
+    output = Path(output)
+    if not sources:
+        raise ToolchainError("error: no source files given")
+    if opt not in OPT_LEVELS:
+        raise ToolchainError(f"error: unknown optimisation level {opt!r} "
+                             f"(choose from {', '.join(OPT_LEVELS)})")
+    for src in sources:
+        if not src.is_file():
+            raise ToolchainError(f"error: {src}: no such file")
+        if src.suffix not in SOURCE_SUFFIXES:
+            raise ToolchainError(f"error: {src}: not a C or assembly source "
+                                 f"(expected {', '.join(SOURCE_SUFFIXES)})")
+    chosen = resolve_compiler(compiler)
+    all_sources = ([*RUNTIME_SOURCES] if runtime else []) + sources
+    include_dirs = [RUNTIME_DIR, *dict.fromkeys(s.resolve().parent for s in sources)]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        cmd = compiler_command(chosen, all_sources, tmp, opt, include_dirs)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            message = (proc.stderr + proc.stdout).strip() or f"exit status {proc.returncode}"
+            raise ToolchainError(f"error: {chosen} failed to build {output.name}:\n{message}")
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return output
+
+
+def shipped_programs() -> dict[str, list[Path]]:
+    """The shipped example programs: name → source files (``firmware/programs/*.c``, calc)."""
+    programs = {p.stem: [p] for p in sorted(PROGRAMS_DIR.glob("*.c"))}
+    programs["calc"] = sorted(p for p in CALC_DIR.iterdir() if p.suffix in SOURCE_SUFFIXES)
+    return programs

@@ -1,0 +1,120 @@
+"""Source files and imports: parse each file once, resolve ``import`` statements, build each
+file's global scope (its own const/enum/module/circuit names plus those of its imports).
+
+Takes: a path (or text) of the root file. Gives: :class:`FileCtx` per file, the source texts
+(for rendering diagnostics) and, through the shared collector, located errors for syntax
+errors, imports not found and import cycles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import stdlib
+from hdl import ast
+from hdl.diagnostics import Collector, CompileError
+from hdl.elab.values import Scope
+from hdl.ir import Loc
+from hdl.parser import parse
+
+STDLIB_DIR = Path(stdlib.__file__).parent
+
+
+@dataclass(eq=False)
+class FileCtx:
+    """One parsed file. ``name`` is the path as shown in locations; ``dir`` its folder
+    (relative paths in it resolve from there); ``scope`` its global names once built."""
+    name: str
+    dir: Path
+    source: ast.SourceFile
+    imports: list["FileCtx"] = field(default_factory=list)
+    scope: Scope = field(default_factory=Scope)
+    globals_done: bool = False
+
+
+class Loader:
+    """Parses files and their imports, each once. Errors go to ``diags``."""
+
+    def __init__(self, diags: Collector):
+        self.diags = diags
+        self.sources: dict[str, str] = {}
+        self.files: dict[Path, FileCtx | None] = {}   # resolved path -> file (None: failed)
+        self._stack: list[Path] = []
+
+    def _parse(self, text: str, name: str) -> ast.SourceFile | None:
+        self.sources[name] = text
+        try:
+            return parse(text, name)
+        except CompileError as e:
+            for d in e.diagnostics:
+                self.diags.error(d.loc, d.message, d.notes)
+            return None
+
+    def load_text(self, text: str, name: str, folder: Path) -> FileCtx | None:
+        src = self._parse(text, name)
+        if src is None:
+            return None
+        ctx = FileCtx(name, folder, src)
+        self._resolve_imports(ctx)
+        return ctx
+
+    def load_path(self, path: Path, shown: str | None = None) -> FileCtx | None:
+        key = path.resolve()
+        if key in self.files:
+            return self.files[key]
+        text = path.read_text()
+        self._stack.append(key)
+        src = self._parse(text, shown or str(path))
+        ctx = FileCtx(shown or str(path), path.parent, src) if src is not None else None
+        self.files[key] = ctx
+        if ctx is not None:
+            self._resolve_imports(ctx)
+        self._stack.pop()
+        return ctx
+
+    def _find(self, imp: ast.Import, folder: Path) -> Path | None:
+        if imp.is_path:
+            p = folder / imp.target
+            return p if p.is_file() else None
+        for base in (folder, STDLIB_DIR):
+            p = base / f"{imp.target}.hdl"
+            if p.is_file():
+                return p
+        return None
+
+    def _resolve_imports(self, ctx: FileCtx) -> None:
+        for item in ctx.source.items:
+            if not isinstance(item, ast.Import):
+                continue
+            path = self._find(item, ctx.dir)
+            if path is None:
+                shown = item.target if item.is_path else f"{item.target}.hdl"
+                where = ("relative to the importing file" if item.is_path
+                         else "in the importing file's folder or in stdlib/")
+                self.diags.error(item.loc, f"cannot find '{shown}' to import (looked {where})")
+                continue
+            key = path.resolve()
+            if key in self._stack:
+                chain = self._stack[self._stack.index(key):] + [key]
+                text = " -> ".join(p.name for p in chain)
+                self.diags.error(item.loc, f"import cycle: {text}")
+                continue
+            shown = _display(path)
+            sub = self.load_path(path, shown)
+            if sub is not None:
+                ctx.imports.append(sub)
+
+
+def _display(path: Path) -> str:
+    """How an imported file is named in locations: relative to the working folder when it
+    lies under it, else ``stdlib/NAME`` for the standard library, else the absolute path."""
+    rp = path.resolve()
+    try:
+        return str(rp.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        pass
+    try:
+        return "stdlib/" + str(rp.relative_to(STDLIB_DIR.resolve()))
+    except ValueError:
+        return str(rp)
+

@@ -1,0 +1,123 @@
+"""Elaborate parsed sources into the netlist IR (the entry points; the work is in hdl/elab/).
+
+Takes: a root source file (path or text). Gives: :class:`hdl.ir.Circuit` for a named
+``circuit`` (:func:`elaborate_circuit`) or a ``module`` alone (:func:`elaborate_module`), or
+raises :class:`hdl.diagnostics.CompileError` with every error found (syntax, names, widths,
+drivers, loops, matches, memories, imports), each located and rendered with its source line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hdl.diagnostics import Collector, CompileError, Diagnostic
+from hdl.elab.elaborator import Elaborator
+from hdl.elab.files import FileCtx, Loader
+from hdl.elab.values import CircuitSym, ModuleSym
+from hdl.ir import Circuit, Loc, Op
+
+
+def _load(path: Path | None, text: str | None, filename: str) -> tuple[Collector, Loader, FileCtx | None]:
+    diags = Collector()
+    loader = Loader(diags)
+    if text is not None:
+        root = loader.load_text(text, filename, Path(filename).parent if filename != "<string>"
+                                else Path.cwd())
+    else:
+        assert path is not None
+        try:
+            root = loader.load_path(path, filename)
+        except OSError as e:
+            raise CompileError([Diagnostic(Loc(filename, 0, 0),
+                                           f"cannot read source file: {e.strerror or e}")]) from None
+    return diags, loader, root
+
+
+def _own(root: FileCtx, kind: type) -> list:
+    return [s for n, s in root.scope.syms.items() if isinstance(s, kind) and n in root.scope.locs]
+
+
+def _finish(el: Elaborator, diags: Collector, loader: Loader, circuit: Circuit | None) -> Circuit:
+    for hops in el.b.cycles():
+        names = [el.b.alias_names[h] for h in hops if h in el.b.alias_names]
+        if not names:
+            continue
+        locs = [el.b.locs[h] for h in hops]
+        path = " -> ".join(names + [names[0]])
+        diags.error(locs[0], f"combinational loop: {path}",
+                    [(loc, f"signal {n}") for loc, n in zip(locs, names)])
+    diags.raise_if_errors(loader.sources)
+    assert circuit is not None
+    el.b.emit(circuit)
+    circuit.check()
+    return circuit
+
+
+def list_circuits(root: FileCtx, diags: Collector) -> list[str]:
+    Elaborator(diags).build_globals(root)
+    return [s.decl.name for s in _own(root, CircuitSym)]
+
+
+def elaborate_circuit(path: Path | None, top: str | None, text: str | None = None,
+                      filename: str | None = None) -> Circuit:
+    """Parse ``path`` (or ``text``), then elaborate its circuit ``top`` (or its only one)."""
+    shown = filename or (str(path) if path is not None else "<string>")
+    diags, loader, root = _load(path, text, shown)
+    if root is None:
+        diags.raise_if_errors(loader.sources)
+        raise AssertionError("unreachable")
+    el = Elaborator(diags)
+    el.build_globals(root)
+    circuits = _own(root, CircuitSym)
+    diags.raise_if_errors(loader.sources)
+    if top is None:
+        if len(circuits) != 1:
+            names = ", ".join(c.decl.name for c in circuits)
+            msg = (f"{shown} declares no circuit" if not circuits else
+                   f"{shown} declares several circuits ({names}): choose one with --top")
+            raise CompileError([Diagnostic(Loc(shown, 0, 0), msg)], loader.sources)
+        sym = circuits[0]
+    else:
+        found = [c for c in circuits if c.decl.name == top]
+        if not found:
+            from hdl.diagnostics import suggest
+            msg = (f"no circuit '{top}' in {shown}"
+                   f"{suggest(top, [c.decl.name for c in circuits])}")
+            raise CompileError([Diagnostic(Loc(shown, 0, 0), msg)], loader.sources)
+        sym = found[0]
+    circuit = el.circuit(sym)
+    return _finish(el, diags, loader, circuit)
+
+
+def elaborate_module(path: Path | None, name: str, params: dict[str, int] | None = None,
+                     text: str | None = None, filename: str | None = None) -> Circuit:
+    """Elaborate module ``name`` of ``path`` alone: INPUT/OUTPUT nodes and ``ports`` set."""
+    shown = filename or (str(path) if path is not None else "<string>")
+    diags, loader, root = _load(path, text, shown)
+    if root is None:
+        diags.raise_if_errors(loader.sources)
+        raise AssertionError("unreachable")
+    el = Elaborator(diags)
+    el.build_globals(root)
+    diags.raise_if_errors(loader.sources)
+    sym = root.scope.syms.get(name)
+    if not isinstance(sym, ModuleSym):
+        from hdl.diagnostics import suggest
+        mods = [n for n, s in root.scope.syms.items() if isinstance(s, ModuleSym)]
+        raise CompileError([Diagnostic(Loc(shown, 0, 0),
+                                       f"no module '{name}' in {shown}{suggest(name, mods)}")],
+                           loader.sources)
+    params = dict(params or {})
+    known = [p.name for p in sym.decl.params]
+    for p in params:
+        if p not in known:
+            from hdl.diagnostics import suggest
+            diags.error(sym.decl.loc, f"module '{name}' has no parameter '{p}'{suggest(p, known)}")
+    diags.raise_if_errors(loader.sources)
+    circuit = Circuit(name, sym.decl.loc)
+    outs = el.module_body(sym, params, None, "", top=True)
+    if outs is not None:
+        for port in sym.decl.ports:
+            if port.direction == "out" and port.name in outs:
+                el.b.add(Op.OUTPUT, 0, (outs[port.name].node,), port.name, port.loc)
+    circuit.ports = list(el.top_ports)
+    return _finish(el, diags, loader, circuit)

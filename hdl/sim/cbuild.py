@@ -1,0 +1,96 @@
+"""Build generated C into a shared library (cached by source hash) and load it with cffi.
+
+Takes: C source text (from :func:`hdl.sim.codegen.c_source`). Gives: a cffi library object
+exposing the functions of :data:`hdl.sim.codegen.C_DECLS`, or raises :class:`NoCompiler`.
+
+The compiler is ``$CC`` if set, else the first of ``gcc``, ``cc``, ``clang`` on the PATH, else
+``python -m ziglang cc`` (the ``ziglang`` package is a project dependency). Built libraries are
+cached as ``<cache>/<sha256 of compiler, flags and source>.so`` where ``<cache>`` is
+``$DELTACHIP_CACHE/sim`` or ``~/.cache/deltachip/sim``; a second build of the same circuit
+only loads the file.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import cffi
+
+from hdl.sim.codegen import C_DECLS
+
+_FFI = cffi.FFI()
+_FFI.cdef(C_DECLS)
+
+
+class NoCompiler(RuntimeError):
+    """No working C compiler was found (the simulator then falls back to Python)."""
+
+
+def ffi() -> cffi.FFI:
+    """The one cffi FFI object every generated library is loaded with."""
+    return _FFI
+
+
+@functools.cache
+def find_compiler() -> tuple[str, ...] | None:
+    """The compiler command (argv prefix) to use, or None when there is none."""
+    env = os.environ.get("CC")
+    if env:
+        return tuple(env.split())
+    for name in ("gcc", "cc", "clang"):
+        path = shutil.which(name)
+        if path:
+            return (path,)
+    if importlib.util.find_spec("ziglang") is not None:
+        return (sys.executable, "-m", "ziglang", "cc")
+    return None
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("DELTACHIP_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "deltachip"
+    d = root / "sim"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        d = Path(tempfile.gettempdir()) / "deltachip-sim"
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _flags(source: str) -> list[str]:
+    return ["-O1", "-shared", "-fPIC", "-w"]
+
+
+def build(source: str) -> Any:
+    """Compile ``source`` (or reuse the cached build) and return the loaded cffi library."""
+    cc = find_compiler()
+    if cc is None:
+        raise NoCompiler("no C compiler found (set CC, or install gcc)")
+    flags = _flags(source)
+    key = hashlib.sha256("\0".join([*cc, *flags, source]).encode()).hexdigest()[:32]
+    d = cache_dir()
+    lib = d / f"{key}.so"
+    if not lib.exists():
+        fd, tmp_c = tempfile.mkstemp(suffix=".c", dir=d)
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        tmp_so = tmp_c[:-2] + ".so"
+        try:
+            r = subprocess.run([*cc, *flags, "-o", tmp_so, tmp_c], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise NoCompiler(f"C compiler {' '.join(cc)} failed:\n{r.stderr[-2000:]}")
+            os.replace(tmp_so, lib)
+        finally:
+            for p in (tmp_c, tmp_so):
+                if os.path.exists(p):
+                    os.unlink(p)
+    return _FFI.dlopen(str(lib))

@@ -1,0 +1,95 @@
+"""Small circuits built by hand with :meth:`hdl.ir.Circuit.add` (no front end needed).
+
+Each builder returns a checked top circuit with token kinds, a start token and one TOKEN_OUT.
+"""
+from __future__ import annotations
+
+from hdl.ir import Circuit, Field, Loc, Memory, Op, Token, TokenKind
+
+L = Loc("test.hdl", 1, 1)
+
+
+def loc(line: int) -> Loc:
+    return Loc("test.hdl", line, 1)
+
+
+def counter(width: int = 8, limit: int = 9) -> Circuit:
+    """Count(value) -> Count(value+1) until value == limit, then Done (halt)."""
+    c = Circuit("Counter", L)
+    c.kinds = [TokenKind("Count", (Field("value", width),), L), TokenKind("Done", (), L, halt=True)]
+    c.start = Token(0, (0,))
+    v = c.add(Op.TOKEN_FIELD, width, param=(0, 0), loc=loc(2), name="v")
+    kind = c.add(Op.TOKEN_KIND, 1, loc=loc(3))
+    one = c.add(Op.CONST, width, param=1)
+    nxt = c.add(Op.ADD, width, (v, one), loc=loc(4), name="nxt")
+    lim = c.add(Op.CONST, width, param=limit)
+    hit = c.add(Op.EQ, 1, (v, lim), loc=loc(5), name="hit")
+    done = c.add(Op.OR, 1, (hit, kind), loc=loc(6))
+    c.add(Op.TOKEN_OUT, 0, (done, nxt), loc=loc(7))
+    c.check()
+    return c
+
+
+def alu(width: int = 8) -> Circuit:
+    """Op(a, b, op) -> Res(r) then Res -> Op(r, a, op+1): exercises every ALU op.
+
+    op (3 bits) selects a+b, a-b, a&b, a|b, a^b, a<<b, a>>b, (a<b)|(a==b)<<1|(a<s b)<<2."""
+    c = Circuit("Alu", L)
+    W = width
+    c.kinds = [TokenKind("Op", (Field("a", W), Field("b", W), Field("op", 3)), L)]
+    c.start = Token(0, (5, 3, 0))
+    a = c.add(Op.TOKEN_FIELD, W, param=(0, 0), name="a")
+    b = c.add(Op.TOKEN_FIELD, W, param=(0, 1), name="b")
+    op = c.add(Op.TOKEN_FIELD, 3, param=(0, 2), name="op")
+    sh = c.add(Op.SLICE, 3, (b,), param=0)
+    shamt = c.add(Op.CONCAT, W, (c.add(Op.CONST, W - 3, param=0), sh)) if W > 3 else b
+    r = [c.add(Op.ADD, W, (a, b)), c.add(Op.SUB, W, (a, b)), c.add(Op.AND, W, (a, b)),
+         c.add(Op.OR, W, (a, b)), c.add(Op.XOR, W, (a, b)), c.add(Op.SHL, W, (a, shamt)),
+         c.add(Op.LSHR, W, (a, shamt))]
+    lt = c.add(Op.ULT, 1, (a, b))
+    eq = c.add(Op.EQ, 1, (a, b))
+    slt = c.add(Op.SLT, 1, (a, b))
+    cmp = c.add(Op.CONCAT, W, (c.add(Op.CONST, W - 3, param=0), slt, eq, lt))
+    r.append(cmp)
+    # mux tree on op bits
+    bits = [c.add(Op.SLICE, 1, (op,), param=i) for i in range(3)]
+    lvl = r
+    for i in range(3):
+        lvl = [c.add(Op.MUX, W, (bits[i], lvl[2 * j], lvl[2 * j + 1])) for j in range(len(lvl) // 2)]
+    res = lvl[0]
+    op1 = c.add(Op.ADD, 3, (op, c.add(Op.CONST, 3, param=1)))
+    mixed = c.add(Op.XOR, W, (res, c.add(Op.MUL, W, (a, b))))
+    c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), mixed, a, op1) if False else
+          (c.add(Op.CONST, 1, param=0), res, mixed, op1))
+    c.check()
+    return c
+
+
+def ram_circuit(depth: int = 16, width: int = 8, aw: int = 4) -> Circuit:
+    """W(addr, data): ram[addr] <= data, answer R(ram[addr] before the write);
+    R(x) -> W(x % depth, x + 1)-like chain so every step reads and writes."""
+    c = Circuit("Ram", L)
+    c.kinds = [TokenKind("W", (Field("addr", aw), Field("data", width)), L),
+               TokenKind("R", (Field("addr", aw), Field("data", width)), L)]
+    c.memories["ram"] = Memory("ram", "ram", width, depth, loc(2))
+    c.start = Token(0, (3, 7))
+    kind = c.add(Op.TOKEN_KIND, 1)
+    wa = c.add(Op.TOKEN_FIELD, aw, param=(0, 0))
+    wd = c.add(Op.TOKEN_FIELD, width, param=(0, 1))
+    ra = c.add(Op.TOKEN_FIELD, aw, param=(1, 0))
+    rd = c.add(Op.TOKEN_FIELD, width, param=(1, 1))
+    addr = c.add(Op.OR, aw, (wa, ra))
+    data = c.add(Op.OR, width, (wd, rd))
+    old = c.add(Op.MEM_READ, width, (addr,), param="ram", loc=loc(5), name="old")
+    en = c.add(Op.NOT, 1, (kind,))
+    c.add(Op.MEM_WRITE, 0, (addr, data, en), param="ram", loc=loc(6))
+    # next: W -> R(addr, old) ; R -> W(addr*3+1, old + data)
+    a3 = c.add(Op.ADD, aw, (c.add(Op.MUL, aw, (addr, c.add(Op.CONST, aw, param=3))),
+                            c.add(Op.CONST, aw, param=1)))
+    s = c.add(Op.ADD, width, (old, data))
+    na = c.add(Op.MUX, aw, (kind, addr, a3))
+    nd = c.add(Op.MUX, width, (kind, old, s))
+    nk = c.add(Op.NOT, 1, (kind,))
+    c.add(Op.TOKEN_OUT, 0, (nk, na, nd, na, nd))
+    c.check()
+    return c

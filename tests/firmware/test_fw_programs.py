@@ -1,0 +1,140 @@
+"""The shipped programs (firmware/programs/*.c): expected output computed here in Python,
+checked on unicorn and on the golden emulator, built with zig (and gcc when installed)."""
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from conftest import run_on
+from firmware import toolchain
+
+
+def _fibonacci(count: int) -> list[int]:
+    a, b, out = 0, 1, []
+    for _ in range(count):
+        out.append(a)
+        a, b = b, a + b
+    return out
+
+
+def _sort_expected() -> str:
+    x, data = 12345, []
+    for _ in range(256):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+        data.append(x >> 8)
+    data.sort()
+    checksum = sum(i * v for i, v in enumerate(data)) & 0xFFFFFFFF
+    return f"checksum {checksum:08x} min {data[0]} max {data[-1]}\n"
+
+
+def _primes_expected(limit: int = 10000) -> str:
+    primes = [n for n in range(2, limit) if all(n % d for d in range(2, int(n ** 0.5) + 1))]
+    return f"primes {len(primes)} sum {sum(primes)} largest {primes[-1]}\n"
+
+
+def _c_div(a: int, b: int) -> tuple[int, int]:
+    """C's truncating division and remainder."""
+    q = abs(a) // abs(b)
+    q = -q if (a < 0) != (b < 0) else q
+    return q, a - b * q
+
+
+def _div64_expected() -> str:
+    lines = []
+    for a, b in [(123456789012345678, 987654321), (-9000000000000000000, 7),
+                 (9000000000000000000, -1000000007), (-5, 3), (-(1 << 63), -3)]:
+        q, r = _c_div(a, b)
+        q = (q + (1 << 63)) % (1 << 64) - (1 << 63)      # INT64_MIN / -3 does not overflow
+        lines.append(f"{a} / {b} = {q} r {r}")
+    for a, b in [((1 << 64) - 1, 10), ((1 << 64) - 1, 0x100000001), (1 << 63, 3),
+                 (12345, 0xFFFFFFFFFFFF)]:
+        lines.append(f"{a} / {b} = {a // b} r {a % b:x}")
+    return "\n".join(lines) + "\n"
+
+
+EXPECTED = {
+    # C's printf gives "%05d" of -7 as "-0007" (Python's % agrees).
+    "hello": "Hello from deltachip!\n"
+             + "%d %u %x %s %c|%5d|%-5d|%05d|%08x\n" % (-42, 42, 0xBEEF, "str", "c", 7, 7, -7, 0xABC),
+    "sum": f"{sum(range(1, 101))}\n",
+    "fibonacci": "".join(f"{v}\n" for v in _fibonacci(42)),
+    "multiply": f"{12345 * 6789}\n",
+    "sort": _sort_expected(),
+    "crc32": f"{zlib.crc32(b'The quick brown fox jumps over the lazy dog'):08x}\n",
+    "sieve": _primes_expected(),
+    "switch": f"{3628800}\n{(1 << 20) - 1}\nsteps 251\n",
+    "div64": _div64_expected(),
+}
+
+COMPILERS = ["zig", pytest.param("gcc", marks=pytest.mark.skipif(
+    not toolchain.gcc_available(), reason="riscv64-unknown-elf-gcc not installed"))]
+
+
+def test_every_program_has_an_expected_output():
+    shipped = set(toolchain.shipped_programs()) - {"calc"}
+    assert shipped == set(EXPECTED)
+
+
+def test_fixed_figures():
+    # The figures the task names, independent of the helper functions above.
+    assert EXPECTED["sum"] == "5050\n"
+    assert EXPECTED["multiply"] == "83810205\n"
+    assert EXPECTED["fibonacci"].endswith("102334155\n165580141\n")
+    assert EXPECTED["crc32"] == "414fa339\n"
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_program_output(firmware_elf, engine, name, compiler):
+    elf = firmware_elf(name, compiler)
+    out = run_on(engine, elf)
+    assert out.fault is None
+    assert out.exit_code == 0
+    assert out.output.decode() == EXPECTED[name]
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-Os"])
+def test_other_optimisation_levels(firmware_elf, engine, opt):
+    for name in ("div64", "switch", "sort"):
+        out = run_on(engine, firmware_elf(name, "zig", opt))
+        assert (out.exit_code, out.output.decode()) == (0, EXPECTED[name]), name
+
+
+def test_loops_are_not_folded(firmware_elf):
+    """sum and multiply must run their loops (the compiler may not fold them into a
+    closed form): 6789 additions take at least 3 instructions each."""
+    from conftest import emulator_available
+    if not emulator_available():
+        pytest.skip("cpu.emulator is not available")
+    assert run_on("emulator", firmware_elf("multiply")).instructions >= 3 * 6789
+    assert run_on("emulator", firmware_elf("sum")).instructions >= 3 * 100
+
+
+def _function_range(elf: ELFFile, names: tuple[str, ...]) -> list[tuple[int, int]]:
+    symtab = elf.get_section_by_name(".symtab")
+    assert isinstance(symtab, SymbolTableSection)
+    return [(s["st_value"], s["st_value"] + s["st_size"]) for s in symtab.iter_symbols()
+            if s.name in names and s["st_info"]["type"] == "STT_FUNC"]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_switch_compiles_to_a_jump_table_in_rodata(firmware_elf, compiler):
+    """The interpreter's switch must become a table of code addresses in .rodata: at least
+    10 consecutive words that all point at instructions inside the interpreter."""
+    with open(firmware_elf("switch", compiler), "rb") as f:
+        elf = ELFFile(f)
+        rodata = elf.get_section_by_name(".rodata")
+        assert rodata["sh_addr"] == 0x40000
+        data = rodata.data()
+        ranges = _function_range(elf, ("run", "main"))
+        assert ranges
+    words = [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - 3, 4)]
+    inside = [any(lo <= w < hi for lo, hi in ranges) and w % 4 == 0 for w in words]
+    longest = run = 0
+    for flag in inside:
+        run = run + 1 if flag else 0
+        longest = max(longest, run)
+    assert longest >= 10, f"no jump table found in .rodata (longest run {longest})"

@@ -1,0 +1,346 @@
+"""Golden error texts: one small source per kind of error, the whole rendered text compared
+exactly. Diagnostics are API: change a text here only on purpose."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from deltachip.errors import UserError
+from hdl.diagnostics import CompileError, Diagnostic, render
+from hdl.frontend import load_circuit, load_module_source, load_source
+from hdl.ir import Loc
+
+
+def errors_of(src: str, name: str = "t.hdl") -> str:
+    """The rendered diagnostics of ``src`` (a circuit file, or module 'm' when it has no circuit)."""
+    src = textwrap.dedent(src).lstrip("\n")
+    with pytest.raises(CompileError) as info:
+        if "circuit " in src:
+            load_source(src, name)
+        else:
+            load_module_source(src, "m", filename=name)
+    return str(info.value)
+
+
+def golden(text: str) -> str:
+    return textwrap.dedent(text).strip("\n")
+
+
+CASES = {
+    "syntax error: expression expected": ("""
+        circuit C {
+            let x = ;
+        }
+        """, """
+        t.hdl:2:13: error: unexpected ';': expected an expression after '='
+            let x = ;
+                    ^
+        """),
+    "syntax error: one of several": ("""
+        module m (in a: u8, out y: u8) {
+            y = a
+        }
+        """, """
+        t.hdl:3:1: error: unexpected '}': expected ';' after 'a'
+        }
+        ^
+        """),
+    "syntax error: end of file": ("""
+        circuit C {
+            token T halt;
+        """, """
+        t.hdl:2:18: error: unexpected end of file: expected one of: a statement, '}' after ';'
+            token T halt;
+                         ^
+        """),
+    "syntax error: bad character": ("""
+        module m (in a: u8, out y: u8) { y = a @ a; }
+        """, """
+        t.hdl:1:40: error: unexpected character '@'
+        module m (in a: u8, out y: u8) { y = a @ a; }
+                                               ^
+        """),
+    "unknown name": ("""
+        module m (in count: u8, out y: u8) {
+            y = cuont + 1;
+        }
+        """, """
+        t.hdl:2:9: error: unknown name 'cuont'; did you mean 'count'?
+            y = cuont + 1;
+                ^
+        """),
+    "width mismatch in an operator": ("""
+        module m (in a: u8, in b: u9, out y: u8) {
+            y = a + b;
+        }
+        """, """
+        t.hdl:2:11: error: width mismatch in '+': left operand is 8 bits, right operand is 9 bits
+            y = a + b;
+                  ^
+        """),
+    "width mismatch in an assignment": ("""
+        module m (in a: u9, out y: u8) {
+            y = a;
+        }
+        """, """
+        t.hdl:2:9: error: width mismatch: cannot assign a 9-bit value to 'y' (8 bits)
+            y = a;
+                ^
+        """),
+    "signed/unsigned mix": ("""
+        module m (in a: s8, in b: u8, out y: u1) {
+            y = a < b;
+        }
+        """, """
+        t.hdl:2:11: error: signed/unsigned mix in '<': left is s8, right is u8; convert one with signed() or unsigned()
+            y = a < b;
+                  ^
+        """),
+    "undriven output and signal": ("""
+        module m (in a: u8, out y: u8, out z: u8) {
+            wire w: u8;
+            y = a;
+        }
+        """, """
+        t.hdl:1:32: error: output 'z' of module 'm' is never driven
+        module m (in a: u8, out y: u8, out z: u8) {
+                                       ^
+        t.hdl:2:5: error: signal 'w' is never driven
+            wire w: u8;
+            ^
+        """),
+    "not driven on every path": ("""
+        module m (in a: u8, in c: u1, out y: u8) {
+            if c {
+                y = a;
+            }
+        }
+        """, """
+        t.hdl:1:31: error: output 'y' of module 'm' is not driven on every path
+        module m (in a: u8, in c: u1, out y: u8) {
+                                      ^
+        t.hdl:3:9: note: driven here on some paths only
+        """),
+    "multiply driven": ("""
+        module m (in a: u8, out y: u8) {
+            wire w: u8;
+            w = a;
+            w = ~a;
+            y = w;
+        }
+        """, """
+        t.hdl:4:5: error: signal 'w' is driven more than once
+            w = ~a;
+            ^
+        t.hdl:3:5: note: first driven here
+        """),
+    "combinational loop": ("""
+        module m (in a: u8, out y: u8) {
+            wire p: u8;
+            wire q: u8;
+            p = q + a;
+            q = p ^ 8'd1;
+            y = q;
+        }
+        """, """
+        t.hdl:2:5: error: combinational loop: p -> q -> p
+            wire p: u8;
+            ^
+        t.hdl:2:5: note: signal p
+        t.hdl:3:5: note: signal q
+        """),
+    "non-exhaustive match": ("""
+        module m (in a: u2, out y: u8) {
+            match a {
+                0 | 1 => { y = 1; }
+                2 => { y = 2; }
+            }
+        }
+        """, """
+        t.hdl:2:5: error: match is not exhaustive: value 3 not covered (add it, or '_ => { ... }')
+            match a {
+            ^
+        """),
+    "non-exhaustive match on token kinds": ("""
+        circuit C {
+            token A;
+            token B halt;
+            match tok {
+                A => { next = B(); }
+            }
+        }
+        """, """
+        t.hdl:4:5: error: match is not exhaustive: token kind B not covered (add it, or '_ => { ... }')
+            match tok {
+            ^
+        """),
+    "duplicate match pattern": ("""
+        module m (in a: u2, out y: u8) {
+            match a {
+                0 | 1 => { y = 1; }
+                2 | 1 => { y = 2; }
+                _ => { y = 3; }
+            }
+        }
+        """, """
+        t.hdl:4:13: error: duplicate match pattern: value 1 is already covered
+                2 | 1 => { y = 2; }
+                    ^
+        t.hdl:3:13: note: first covered here
+        """),
+    "write to a rom": ("""
+        circuit C {
+            token T halt;
+            rom r: u8[4];
+            r[0] <= 1;
+            next = T();
+        }
+        """, """
+        t.hdl:4:5: error: cannot write to rom 'r': a rom is read-only (declare it as ram to write it)
+            r[0] <= 1;
+            ^
+        """),
+    "out-of-range constant": ("""
+        module m (in a: u8, out y: u8) {
+            y = a + 300;
+        }
+        """, """
+        t.hdl:2:11: error: constant 300 does not fit the other operand of '+': u8 holds 0..255
+            y = a + 300;
+                  ^
+        """),
+    "out-of-range sized literal": ("""
+        module m (out y: u4) {
+            y = 4'd20;
+        }
+        """, """
+        t.hdl:2:9: error: constant 4'd20 does not fit its 4 bits
+            y = 4'd20;
+                ^
+        """),
+    "memory written twice on one path": ("""
+        circuit C {
+            token T halt;
+            ram r: u8[4];
+            r[0] <= 1;
+            r[1] <= 2;
+            next = T();
+        }
+        """, """
+        t.hdl:5:5: error: memory 'r' is written twice on one path
+            r[1] <= 2;
+            ^
+        t.hdl:4:5: note: first written here
+        """),
+    "next not assigned on every path": ("""
+        circuit C {
+            token T(v: u1) halt;
+            if tok.T.v {
+                next = T(v: 0);
+            }
+        }
+        """, """
+        t.hdl:1:1: error: the next token is not assigned on every path in circuit 'C'
+        circuit C {
+        ^
+        t.hdl:4:9: note: assigned here on some paths only
+        """),
+    "wrong field name in a token": ("""
+        circuit C {
+            token Count(value: u8) halt;
+            next = Count(valeu: 1);
+        }
+        """, """
+        t.hdl:3:18: error: token kind Count has no field 'valeu'; did you mean 'value'?
+            next = Count(valeu: 1);
+                         ^
+        """),
+    "widths outside 1..64": ("""
+        module m (in a: u[65], out y: u0) {
+            y = 0;
+        }
+        """, """
+        t.hdl:1:17: error: width 65 is outside 1..64
+        module m (in a: u[65], out y: u0) {
+                        ^
+        t.hdl:1:31: error: width 0 is outside 1..64
+        module m (in a: u[65], out y: u0) {
+                                      ^
+        """),
+    "import not found": ("""
+        import nosuchlib;
+        circuit C {
+            token T halt;
+            next = T();
+        }
+        """, """
+        t.hdl:1:1: error: cannot find 'nosuchlib.hdl' to import (looked in the importing file's folder or in stdlib/)
+        import nosuchlib;
+        ^
+        """),
+    "several errors in one pass": ("""
+        module m (in a: u8, out y: u8) {
+            let p = a + 16'd1;
+            let q = b;
+            y = 1000;
+        }
+        """, """
+        t.hdl:2:15: error: width mismatch in '+': left operand is 8 bits, right operand is 16 bits
+            let p = a + 16'd1;
+                      ^
+        t.hdl:3:13: error: unknown name 'b'
+            let q = b;
+                    ^
+        t.hdl:4:9: error: constant 1000 does not fit 'y': u8 holds 0..255
+            y = 1000;
+                ^
+        """),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_golden_error_text(case):
+    src, want = CASES[case]
+    assert errors_of(src) == golden(want)
+
+
+def test_import_cycle(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.hdl").write_text("import b;\ncircuit C { token T halt; next = T(); }\n")
+    (tmp_path / "b.hdl").write_text("import a;\nconst X = 1;\n")
+    with pytest.raises(CompileError) as info:
+        load_circuit("a.hdl")
+    assert str(info.value) == golden("""
+        b.hdl:1:1: error: import cycle: a.hdl -> b.hdl -> a.hdl
+        import a;
+        ^
+        """)
+
+
+def test_error_in_an_imported_module_points_into_that_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lib.hdl").write_text("module inc (in a: u8, out y: u8) {\n    y = a + 1000;\n}\n")
+    (tmp_path / "top.hdl").write_text(
+        "import lib;\ncircuit C {\n    token T(v: u8) halt;\n    next = T(v: inc(tok.T.v));\n}\n")
+    with pytest.raises(CompileError) as info:
+        load_circuit("top.hdl")
+    assert str(info.value) == golden("""
+        lib.hdl:2:11: error: constant 1000 does not fit the other operand of '+': u8 holds 0..255
+            y = a + 1000;
+                  ^
+        """)
+
+
+def test_compile_error_is_a_user_error_with_every_diagnostic():
+    with pytest.raises(UserError) as info:
+        load_module_source("module m (in a: u8, out y: u8) { y = b + c; }", "m", filename="x.hdl")
+    err = info.value
+    assert isinstance(err, CompileError) and err.exit_code == 2
+    assert [d.message for d in err.diagnostics] == ["unknown name 'b'", "unknown name 'c'"]
+
+
+def test_render_without_source_and_with_tabs():
+    d = Diagnostic(Loc("f.hdl", 1, 3), "boom", [(Loc("g.hdl", 2, 1), "here")])
+    assert render([d], {}) == "f.hdl:1:3: error: boom\ng.hdl:2:1: note: here"
+    assert render([d], {"f.hdl": "\tx y\n"}) == "f.hdl:1:3: error: boom\n\tx y\n\t ^\ng.hdl:2:1: note: here"

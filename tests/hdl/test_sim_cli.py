@@ -1,0 +1,145 @@
+"""`deltachip sim`: the printed token stream, ROM images, the start token, VCD output and the
+exact texts of its errors. Circuits are built by hand (the front end is replaced by a stub),
+plus one end-to-end run of examples/counter through the real front end."""
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vcd.reader import TokenKind as VT, tokenize
+
+from deltachip.cli import main
+from deltachip.commands import sim as sim_cmd
+from hdl.ir import Circuit, Field, Memory, NOLOC, Op, Token, TokenKind
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def acc_circuit(with_start: bool = True) -> Circuit:
+    """Acc(n: u4, s: s8): s += rom[n] each step, n += 1, log[n] <= s; Done(s: s8) halts
+    when n == 5."""
+    c = Circuit("Acc", NOLOC)
+    c.kinds = [TokenKind("Acc", (Field("n", 4), Field("s", 8, signed=True)), NOLOC),
+               TokenKind("Done", (Field("s", 8, signed=True),), NOLOC, halt=True)]
+    c.memories["rom"] = Memory("rom", "rom", 8, 4, NOLOC, init=(1, 2, 3, 0xFC))
+    c.memories["log"] = Memory("log", "ram", 8, 8, NOLOC)
+    n = c.add(Op.TOKEN_FIELD, 4, (), (0, 0), name="n")
+    s = c.add(Op.TOKEN_FIELD, 8, (), (0, 1), name="s")
+    r = c.add(Op.MEM_READ, 8, (n,), "rom", name="rd.word")
+    s2 = c.add(Op.ADD, 8, (s, r), name="sum")
+    n2 = c.add(Op.ADD, 4, (n, c.add(Op.CONST, 4, (), 1)), name="n1")
+    c.add(Op.MEM_WRITE, 0, (n, s2, c.add(Op.CONST, 1, (), 1)), "log")
+    done = c.add(Op.EQ, 1, (n, c.add(Op.CONST, 4, (), 5)), name="done")
+    kind = c.add(Op.MUX, 1, (done, c.add(Op.CONST, 1, (), 0), c.add(Op.CONST, 1, (), 1)))
+    c.add(Op.TOKEN_OUT, 0, (kind, n2, s2, s))
+    c.names = {"n": n, "s": s, "rd.word": r, "sum": s2, "n1": n2, "done": done}
+    c.start = Token(0, (0, 0)) if with_start else None
+    c.check()
+    return c
+
+
+def cli(monkeypatch, circuit: Circuit, *argv: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sim_cmd, "load_circuit", lambda path, top: circuit)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["sim", "acc.hdl", *argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+STREAM = ["Acc n=0 s=0", "Acc n=1 s=1", "Acc n=2 s=3", "Acc n=3 s=6", "Acc n=4 s=2",
+          "Acc n=5 s=2", "Done s=2"]
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_prints_stream_until_halt(monkeypatch, engine):
+    rc, out, err = cli(monkeypatch, acc_circuit(), "--engine", engine)
+    assert (rc, err) == (0, "")
+    assert out.splitlines() == STREAM
+
+
+def test_steps_start_and_rom(monkeypatch, tmp_path):
+    rc, out, _ = cli(monkeypatch, acc_circuit(), "--steps", "2")
+    assert out.splitlines() == STREAM[:3]
+    rc, out, _ = cli(monkeypatch, acc_circuit(), "--steps", "0")
+    assert out.splitlines() == STREAM[:1]
+    rc, out, _ = cli(monkeypatch, acc_circuit(), "--start", "Acc n=2 s=-3", "--steps", "2")
+    assert out.splitlines() == ["Acc n=2 s=-3", "Acc n=3 s=0", "Acc n=4 s=-4"]
+    img = tmp_path / "r.hex"
+    img.write_text("7f\n01 // wraps to -128\n")
+    rc, out, _ = cli(monkeypatch, acc_circuit(), "--rom", f"rom={img}", "--steps", "2")
+    assert out.splitlines() == ["Acc n=0 s=0", "Acc n=1 s=127", "Acc n=2 s=-128"]
+
+
+def test_errors_are_exact(monkeypatch, tmp_path):
+    big = tmp_path / "big.hex"
+    big.write_text("1\n2\n3\n4\n5\n")
+    cases = [
+        (acc_circuit(), ["--start", "Acc n=1"],
+         "token Acc is missing field s (token Acc(n: u4, s: s8))"),
+        (acc_circuit(), ["--start", "Ac n=1 s=2"], "unknown token kind 'Ac' in 'Ac n=1 s=2' "
+         "(kinds: Acc, Done)"),
+        (acc_circuit(), ["--rom", f"ram={big}"],
+         f"--rom ram={big}: circuit 'Acc' has no memory 'ram' (its memories: rom, log)"),
+        (acc_circuit(), ["--rom", f"rom={big}"],
+         f"{big}: image has 5 words, but 'rom' holds only 4 (u8[4])"),
+        (acc_circuit(), ["--rom", "rom"], "--rom expects NAME=FILE, got 'rom'"),
+        (acc_circuit(), ["--rom", f"rom={tmp_path / 'nope.hex'}"],
+         f"cannot read image for 'rom': {tmp_path / 'nope.hex'}: No such file or directory"),
+        (acc_circuit(with_start=False), [], "circuit 'Acc' declares no start token: give one "
+         "with --start 'Kind field=value ...'"),
+        (acc_circuit(), ["--steps", "-1"], "--steps must be >= 0, got -1"),
+    ]
+    for circuit, argv, msg in cases:
+        rc, out, err = cli(monkeypatch, circuit, *argv)
+        assert (rc, out, err) == (2, "", msg + "\n"), argv
+
+
+def _vcd_values(path: Path) -> dict[str, dict[int, object]]:
+    """{scope.name: {time: new value}} from a VCD file, read back with pyvcd's tokenizer."""
+    ids, scopes, vals, t = {}, [], {}, 0
+    with open(path, "rb") as f:
+        for tok in tokenize(f):
+            if tok.kind is VT.SCOPE:
+                scopes.append(tok.scope.ident)
+            elif tok.kind is VT.UPSCOPE:
+                scopes.pop()
+            elif tok.kind is VT.VAR:
+                ids[tok.var.id_code] = ".".join(scopes + [tok.var.reference])
+            elif tok.kind is VT.CHANGE_TIME:
+                t = tok.time_change
+            elif tok.kind is VT.CHANGE_SCALAR:
+                vals.setdefault(ids[tok.scalar_change.id_code], {})[t] = \
+                    int(tok.scalar_change.value)
+            elif tok.kind is VT.CHANGE_VECTOR:
+                vals.setdefault(ids[tok.vector_change.id_code], {})[t] = tok.vector_change.value
+            elif tok.kind is VT.CHANGE_STRING:
+                vals.setdefault(ids[tok.string_change.id_code], {})[t] = tok.string_change.value
+    return vals
+
+
+def test_vcd_has_signals_token_and_writes(monkeypatch, tmp_path):
+    path = tmp_path / "run.vcd"
+    rc, out, _ = cli(monkeypatch, acc_circuit(), "--vcd", str(path), "--engine", "python")
+    assert rc == 0 and out.splitlines() == STREAM
+    v = _vcd_values(path)
+    # a VCD records changes only
+    assert v["Acc.sum"] == {0: 1, 1: 3, 2: 6, 3: 2}
+    assert v["Acc.rd.word"][3] == 0xFC and v["Acc.rd.word"][4] == 0    # address 4 >= depth
+    assert v["token.kind"][0] == "Acc" and v["token.kind"][6] == "Done"
+    assert v["token.Done.s"][6] == 2 and v["token.Acc.s"][6] == 0
+    assert v["memory.log.waddr"] == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5}
+    assert v["memory.log.we"] == {0: 1}
+    assert "$timescale 1 ns $end" in path.read_text().replace("\n", " ").replace("  ", " ")
+
+
+def test_counter_example_end_to_end():
+    pytest.importorskip("hdl.frontend")
+    r = subprocess.run([sys.executable, "-m", "deltachip", "sim",
+                        str(ROOT / "examples/counter/counter.hdl")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"Count value={i}" for i in range(10)] + ["Done"]
