@@ -481,6 +481,11 @@ class Lowerer:
 
     def mem_write(self, n: Node, addr: list[Form], data: list[Form], en: Form) -> None:
         p = self.plan(n.param)
+        if p.writes:
+            raise LoweringError(
+                f"{n.loc}: memory '{n.param}' has a second write port (the first is at "
+                f"{self.c.nodes[p.writes[0].node].loc}); a GDN head performs one write per "
+                f"step: merge the writes into one (address, data, enable) with multiplexers")
         self.need(n.param, list(addr) + list(data) + [en])
         p.writes.append(WritePort(n.id, list(addr), list(data), en))
 

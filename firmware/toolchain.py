@@ -50,8 +50,9 @@ COMMON_FLAGS = [
 ]
 ZIG_TARGET = ["-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+zba"]
 # zig strips the symbol table at -Os/-Oz (ReleaseSmall); -g keeps it: loaders need the
-# symbols (__input_buffer, __input_size), and debug sections are never loaded.
-ZIG_EXTRA = ["-g"]
+# symbols (__input_buffer, __input_size), and debug sections are never loaded. At -O0 zig
+# turns on UBSan, whose runtime does not fit 32 KiB of RAM: -fno-sanitize=all.
+ZIG_EXTRA = ["-g", "-fno-sanitize=all"]
 GCC_TARGET = ["-march=rv32im_zba", "-mabi=ilp32"]
 GCC_LIBGCC_TARGET = ["-march=rv32im", "-mabi=ilp32"]
 

@@ -57,6 +57,22 @@ def list_circuits(root: FileCtx, diags: Collector) -> list[str]:
     return [s.decl.name for s in _own(root, CircuitSym)]
 
 
+def _guard_depth(fn):
+    """Turn Python's recursion limit (absurdly deep nesting in a source) into a CompileError."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RecursionError:
+            name = kwargs.get("filename") or str(args[0] if args and args[0] is not None else "<string>")
+            raise CompileError([Diagnostic(Loc(name, 0, 0), "the source nests expressions or "
+                                           "blocks too deeply to compile")]) from None
+    return wrapper
+
+
+@_guard_depth
 def elaborate_circuit(path: Path | None, top: str | None, text: str | None = None,
                       filename: str | None = None) -> Circuit:
     """Parse ``path`` (or ``text``), then elaborate its circuit ``top`` (or its only one)."""
@@ -88,6 +104,7 @@ def elaborate_circuit(path: Path | None, top: str | None, text: str | None = Non
     return _finish(el, diags, loader, circuit)
 
 
+@_guard_depth
 def elaborate_module(path: Path | None, name: str, params: dict[str, int] | None = None,
                      text: str | None = None, filename: str | None = None) -> Circuit:
     """Elaborate module ``name`` of ``path`` alone: INPUT/OUTPUT nodes and ``ports`` set."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hdl.diagnostics import Collector
 from hdl.elaborate import _load, elaborate_circuit, elaborate_module, list_circuits
 from hdl.ir import Circuit
 

@@ -153,6 +153,8 @@ class Circuit:
         """Append a node and return its id (no checking here; see :meth:`check`)."""
         nid = len(self.nodes)
         self.nodes.append(Node(nid, op, width, tuple(args), param, loc, name))
+        if name is not None:
+            self.names.setdefault(name, nid)
         return nid
 
     @property

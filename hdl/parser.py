@@ -29,8 +29,9 @@ GRAMMAR = Path(__file__).with_name("grammar.lark")
 @functools.lru_cache(maxsize=1)
 def lark_parser() -> Lark:
     """The (cached) Lark LALR parser for ``hdl/grammar.lark``."""
+    # cache=True keeps the built tables in the temp folder, keyed by the grammar's hash
     return Lark(GRAMMAR.read_text(), parser="lalr", strict=True, propagate_positions=True,
-                maybe_placeholders=True)
+                maybe_placeholders=True, cache=True)
 
 
 # ---- syntax error messages ---------------------------------------------------------------
@@ -106,6 +107,8 @@ def _syntax_error(text: str, filename: str, exc: UnexpectedInput, prev: Token | 
     msg = f"unexpected {_token_text(tok)}: expected {describe_expected(expected)}"
     if prev is not None:
         msg += f" after '{prev.value}'"
+    if tok.value == "=" and "EQ" in expected:
+        msg += " (to compare, write '==')"
     return Diagnostic(loc, msg)
 
 
@@ -114,6 +117,13 @@ def _syntax_error(text: str, filename: str, exc: UnexpectedInput, prev: Token | 
 class _BadNumber(Exception):
     def __init__(self, tok: Token):
         self.tok = tok
+
+
+class _BadSyntax(Exception):
+    """A construct the grammar accepts but the language does not (reported as a syntax error)."""
+
+    def __init__(self, loc: Loc, message: str):
+        self.loc, self.message = loc, message
 
 
 def parse_int(text: str) -> int:
@@ -284,10 +294,10 @@ class _ToAst(Transformer):
     def mem_decl(self, meta, c):
         kind, name, elem, *dims, image = c
         elem_loc = self._tloc(elem)
-        if len(dims) == 1:
-            typ = ast.TypeRef(elem_loc, str(elem), None)
-        else:   # u[W][D]; more dims than two is reported by the elaborator as a bad type
-            typ = ast.TypeRef(elem_loc, str(elem), dims[0])
+        if len(dims) > 2:
+            raise _BadSyntax(self._loc(meta), "a memory has one dimension: name: u8[DEPTH] or "
+                                              "name: u[W][DEPTH]")
+        typ = ast.TypeRef(elem_loc, str(elem), dims[0] if len(dims) == 2 else None)
         image_text = image.value[1:-1] if image is not None else None
         return ast.MemDecl(self._loc(meta), str(kind), str(name), typ, dims[-1], image_text,
                            self._tloc(image) if image is not None else None)
@@ -381,6 +391,9 @@ def parse(text: str, filename: str = "<string>") -> ast.SourceFile:
         if isinstance(exc.orig_exc, _BadNumber):
             t = exc.orig_exc.tok
             diag = Diagnostic(Loc(filename, t.line, t.column), f"malformed number '{t.value}'")
+            raise CompileError([diag], {filename: text}) from None
+        if isinstance(exc.orig_exc, _BadSyntax):
+            diag = Diagnostic(exc.orig_exc.loc, exc.orig_exc.message)
             raise CompileError([diag], {filename: text}) from None
         raise
     return ast.SourceFile(filename, text, items)

@@ -17,7 +17,7 @@ line, from the start token until a halt token or --steps steps."""
 
 EPILOG = """examples:
   deltachip sim examples/counter/counter.hdl
-  deltachip sim examples/gcd/gcd.hdl --start 'Start a=48 b=18' --steps 100
+  deltachip sim examples/gcd/gcd.hdl --start 'Step a=48 b=18' --steps 100
   deltachip sim cpu.hdl --rom code=prog.hex --vcd run.vcd --steps 5000
 
 --rom NAME=FILE replaces memory NAME's image (.hex: one hexadecimal word per line;
@@ -79,23 +79,38 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"circuit '{circuit.name}' declares no start token: give one with "
                         "--start 'Kind field=value ...'")
     sim = Simulator(circuit, roms=roms, backend=args.engine)
-    tokens = [start]
-    trace = []
+    if args.vcd:
+        _run_with_vcd(sim, start, args.steps, args.vcd)
+        return 0
     out = sys.stdout
     out.write(format_token(circuit, start) + "\n")
-    left = args.steps
-    while left > 0 and not circuit.kinds[tokens[-1].kind].halt:
-        chunk = sim.run(tokens[-1], min(left, CHUNK), trace=bool(args.vcd))
-        new = chunk[1:]
+    tok, left = start, args.steps
+    while left > 0 and not circuit.kinds[tok.kind].halt:
+        new = sim.run(tok, min(left, CHUNK))[1:]
         out.write("".join(format_token(circuit, t) + "\n" for t in new))
         left -= len(new)
-        if args.vcd:
-            tokens += new
-            trace += sim.trace
-        else:
-            tokens = [new[-1]] if new else tokens
+        tok = new[-1]
     out.flush()
-    if args.vcd:
-        from hdl.sim.waveform import write_vcd
-        write_vcd(args.vcd, circuit, tokens, trace)
     return 0
+
+
+def _run_with_vcd(sim, start, steps: int, path: str) -> None:
+    """Step by step, printing each token and adding it (and its step's trace) to the VCD."""
+    from hdl.sim import format_token
+    from hdl.sim.waveform import Waveform
+    circuit = sim.circuit
+    try:
+        wave = Waveform(path, circuit)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+    with wave:
+        tok, out = start, sys.stdout
+        for t in range(steps + 1):
+            out.write(format_token(circuit, tok) + "\n")
+            if t == steps or circuit.kinds[tok.kind].halt:
+                wave.add(t, tok)
+                break
+            r = sim.step(tok, trace=True)
+            wave.add(t, tok, r)
+            tok = r.next
+    out.flush()

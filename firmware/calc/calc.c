@@ -169,8 +169,13 @@ static const char *const token_names[] = {
 __attribute__((noreturn)) static void syntax_error(const char *expected) {
     printf("error: syntax error at column %d: expected %s, found ",
            (int)(tok_start - line_start) + 1, expected);
-    if (tok == T_END) print("end of line");
-    else printf("'%c'", *tok_start);
+    if (tok >= 0) {
+        print(token_names[tok]);
+    } else {
+        unsigned char c = (unsigned char)*tok_start;
+        if (c >= 0x20 && c < 0x7f) printf("'%c'", c);
+        else printf("byte 0x%02x", c);
+    }
     putchar('\n');
     calc_longjmp(on_error, CALC_SYNTAX);
 }
@@ -236,9 +241,14 @@ static void parse_factor(void);
 static void parse_primary(void) {
     if (tok == T_NUM) {
         if (tok_len > 1 && tok_start[0] == '0') {
-            for (int i = 0; i < tok_len; i++)
-                if (tok_start[i] != '0')
-                    syntax_error("a number without leading zeros");
+            for (int i = 0; i < tok_len; i++) {
+                if (tok_start[i] != '0') {   /* like Python: 00 is fine, 007 is not */
+                    printf("error: syntax error at column %d: leading zeros are not allowed "
+                           "in a number: %.*s\n", (int)(tok_start - line_start) + 1,
+                           tok_len, tok_start);
+                    calc_longjmp(on_error, CALC_SYNTAX);
+                }
+            }
         }
         frac_t *v = push();
         big_from_digits(&v->num, tok_start, tok_len);

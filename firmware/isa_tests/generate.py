@@ -430,8 +430,30 @@ def zba() -> Program:
     return p
 
 
+def registers() -> Program:
+    p = Program("rv32i_registers", "every register x1..x29 as rd, rs1 and rs2 (the harness "
+                                   "owns x30 and x31); x0 ignores writes")
+
+    def pattern(r: int) -> int:
+        return (0x0101_0101 * r) ^ (0x8000_0000 if r % 2 else 0x0000_5A5A)
+    p.comment("write a distinct value to each register, then read each back")
+    p.emit(f"li TESTNUM, {p.next()}")
+    for r in range(1, 30):
+        p.emit(f"li x{r}, {h(pattern(r))}")
+    p.emit("li x0, 0x12345678")
+    for r in range(1, 30):
+        p.emit(f"li EXPECT, {h(pattern(r))}; bne x{r}, EXPECT, fail")
+    p.emit("bne x0, zero, fail")
+    p.comment("each register as rs1, rs2 and rd of add: x[r] = x[r-1] + x[r+1]")
+    for r in range(2, 29):
+        want = (pattern(r - 1) + pattern(r + 1)) & M32
+        p.emit(f"TEST_CASE({p.next()}, x{r}, {h(want)}, add x{r}, x{r - 1}, x{r + 1})")
+        p.emit(f"li x{r}, {h(pattern(r))}")
+    return p
+
+
 PROGRAMS: list[Callable[[], Program]] = [arith, compare, logic, shift, upper, branch, jump,
-                                         load, store, fence, mul, div, zba]
+                                         load, store, fence, mul, div, zba, registers]
 
 
 def render() -> dict[str, str]:

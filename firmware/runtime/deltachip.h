@@ -28,9 +28,10 @@ int putchar(int c);
 int puts(const char *s);
 /* Prints s without a newline. */
 void print(const char *s);
-/* printf subset: %d %i %u %x %X %s %c %p %%, with '-' (left align), '0' (zero pad) and a
- * field width (digits or '*'); the 'l' and 'll' length modifiers (long long in decimal and
- * hex). Returns the number of bytes written. */
+/* printf subset: %d %i %u %x %X %s %c %p %%, with '-' (left align), '0' (zero pad), a
+ * field width (digits or '*'), a precision ('.' digits or '.*': the most bytes of a %s, the
+ * fewest digits of a number), and the 'l' and 'll' length modifiers (ll = 64-bit).
+ * Returns the number of bytes written. */
 int printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int vprintf(const char *fmt, va_list ap);
 

@@ -21,9 +21,10 @@ int puts(const char *s) {
 
 void exit(int code) { _exit(code); }
 
-/* Prints the digits of v in base 10 or 16 into a field of `width` characters. */
+/* Prints the digits of v in base 10 or 16 (at least `min_digits` of them) into a field of
+ * `width` characters. */
 static int print_number(unsigned long long v, unsigned base, int negative, int upper,
-                        int width, int zero_pad, int left) {
+                        int width, int zero_pad, int left, int min_digits) {
     char buf[24];
     int n = 0;
     const char *digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
@@ -36,6 +37,7 @@ static int print_number(unsigned long long v, unsigned base, int negative, int u
     } else {
         do { buf[n++] = (char)('0' + v % 10); v /= 10; } while (v);
     }
+    while (n < min_digits && n < (int)sizeof buf) buf[n++] = '0';
     int len = n + negative;
     int pad = width > len ? width - len : 0;
     int out = 0;
@@ -64,24 +66,33 @@ int vprintf(const char *fmt, va_list ap) {
             fmt++;
         }
         while (*fmt >= '0' && *fmt <= '9') width = width * 10 + (*fmt++ - '0');
+        int precision = -1;              /* %s: at most this many bytes; ints: min digits */
+        if (*fmt == '.') {
+            fmt++;
+            precision = 0;
+            if (*fmt == '*') { precision = va_arg(ap, int); fmt++; }
+            else while (*fmt >= '0' && *fmt <= '9') precision = precision * 10 + (*fmt++ - '0');
+        }
         while (*fmt == 'l') { longs++; fmt++; }
-        if (left) zero_pad = 0;
+        if (left || precision >= 0) zero_pad = 0;
+        int min_digits = precision > 0 ? precision : 1;
         switch (*fmt) {
         case 'd': case 'i': {
             long long v = longs >= 2 ? va_arg(ap, long long) : (long long)va_arg(ap, int);
             unsigned long long mag = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-            out += print_number(mag, 10, v < 0, 0, width, zero_pad, left);
+            out += print_number(mag, 10, v < 0, 0, width, zero_pad, left, min_digits);
             break;
         }
         case 'u': case 'x': case 'X': {
             unsigned long long v = longs >= 2 ? va_arg(ap, unsigned long long)
                                               : (unsigned long long)va_arg(ap, unsigned);
-            out += print_number(v, *fmt == 'u' ? 10 : 16, 0, *fmt == 'X', width, zero_pad, left);
+            out += print_number(v, *fmt == 'u' ? 10 : 16, 0, *fmt == 'X', width, zero_pad, left,
+                                min_digits);
             break;
         }
         case 'p':
             print("0x"); out += 2;
-            out += print_number((uintptr_t)va_arg(ap, void *), 16, 0, 0, 8, 1, 0);
+            out += print_number((uintptr_t)va_arg(ap, void *), 16, 0, 0, 8, 1, 0, 1);
             break;
         case 'c': {
             int pad = width > 1 ? width - 1 : 0;
@@ -93,10 +104,12 @@ int vprintf(const char *fmt, va_list ap) {
         case 's': {
             const char *s = va_arg(ap, const char *);
             if (!s) s = "(null)";
-            int len = (int)strlen(s);
+            int len = 0;
+            while (s[len] && (precision < 0 || len < precision)) len++;
             int pad = width > len ? width - len : 0;
             if (!left) for (; pad > 0; pad--, out++) putchar(' ');
-            print(s); out += len;
+            for (int i = 0; i < len; i++) putchar(s[i]);
+            out += len;
             for (; pad > 0; pad--, out++) putchar(' ');
             break;
         }

@@ -154,9 +154,9 @@ class Builder:
     def cycles(self) -> list[list[int]]:
         """Each combinational loop as a list of alias ids (wires) in the order the values
         flow, starting from the lowest-numbered wire; one loop per strongly connected part."""
-        g = self.graph()
-        if nx.is_directed_acyclic_graph(g):
+        if self._topo(range(len(self.ops))) is not None:
             return []
+        g = self.graph()
         loops = []
         for comp in nx.strongly_connected_components(g):
             if len(comp) == 1 and not g.has_edge(next(iter(comp)), next(iter(comp))):
@@ -172,11 +172,38 @@ class Builder:
         loops.sort()
         return loops
 
+    def _topo(self, roots) -> list[int] | None:
+        """Nodes reachable from ``roots`` (through args), arguments first, in id order where
+        the dependencies allow; None if there is a cycle."""
+        done: set[int] = set()
+        on_path: set[int] = set()
+        order: list[int] = []
+        for root in roots:
+            if root in done:
+                continue
+            stack = [(root, iter(self.args[root]))]
+            on_path.add(root)
+            while stack:
+                node, it = stack[-1]
+                for a in it:
+                    if a in done:
+                        continue
+                    if a in on_path:
+                        return None
+                    on_path.add(a)
+                    stack.append((a, iter(self.args[a])))
+                    break
+                else:
+                    stack.pop()
+                    on_path.discard(node)
+                    done.add(node)
+                    order.append(node)
+        return order
+
     # ---- emission --------------------------------------------------------------------------
     def emit(self, circuit: Circuit) -> None:
         """Fill ``circuit.nodes`` and ``circuit.names``: aliases resolved, topological order,
         identical nodes merged once more (resolution can make nodes equal)."""
-        g = self.graph()
         # keep what a sink (output, token, memory write) or a named signal depends on
         live = {n for n in range(len(self.ops)) if self.ops[n] in _SINKS}
         live |= set(self.names.values())
@@ -186,8 +213,9 @@ class Builder:
                 if a not in live:
                     live.add(a)
                     stack.append(a)
-        g = g.subgraph(live)
-        order = list(nx.lexicographical_topological_sort(g, key=lambda n: n))
+        order = self._topo(sorted(live))
+        if order is None:
+            raise ValueError("emit() on a graph with a cycle; report cycles() first")
         final: dict[int, int] = {}
         specs: list[tuple[Any, int, tuple[int, ...], Any, Loc]] = []
         memo: dict[tuple, int] = {}

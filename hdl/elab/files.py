@@ -62,7 +62,13 @@ class Loader:
         key = path.resolve()
         if key in self.files:
             return self.files[key]
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else "not a UTF-8 text file"
+            self.diags.error(Loc(shown or str(path), 0, 0), f"cannot read source file: {why}")
+            self.files[key] = None
+            return None
         self._stack.append(key)
         src = self._parse(text, shown or str(path))
         ctx = FileCtx(shown or str(path), path.parent, src) if src is not None else None

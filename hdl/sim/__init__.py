@@ -6,7 +6,7 @@ Takes: IR from :mod:`hdl.ir` (built by ``hdl.frontend`` or by hand). Gives:
 - :func:`evaluate_module` / :func:`evaluate_module_batch` - evaluate a combinational module;
 - :func:`format_token` / :func:`parse_token` - the ``Kind f=1 g=2`` token text;
 - :func:`load_image` - ``.hex`` / ``.bin`` memory images;
-- :func:`write_vcd` - a GTKWave waveform of a run.
+- :mod:`hdl.sim.waveform` - a GTKWave (VCD) waveform of a run (``Waveform``, ``write_vcd``).
 
 The IR is compiled once to C (cffi) or to Python source; see :mod:`hdl.sim.codegen`.
 """

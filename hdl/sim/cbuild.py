@@ -7,7 +7,8 @@ The compiler is ``$CC`` if set, else the first of ``gcc``, ``cc``, ``clang`` on 
 ``python -m ziglang cc`` (the ``ziglang`` package is a project dependency). Built libraries are
 cached as ``<cache>/<sha256 of compiler, flags and source>.so`` where ``<cache>`` is
 ``$DELTACHIP_CACHE/sim`` or ``~/.cache/deltachip/sim``; a second build of the same circuit
-only loads the file.
+only loads the file (and within one process, not even that). Flags: ``-O1`` unless
+``$DELTACHIP_SIM_CFLAGS`` says otherwise.
 """
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ _FFI.cdef(C_DECLS)
 
 
 class NoCompiler(RuntimeError):
-    """No working C compiler was found (the simulator then falls back to Python)."""
+    """No C compiler was found (the "auto" backend then falls back to Python)."""
+
+
+class BuildError(RuntimeError):
+    """The C compiler rejected generated code: a bug in the code generator, never a fallback."""
 
 
 def ffi() -> cffi.FFI:
@@ -66,8 +71,13 @@ def cache_dir() -> Path:
     return d
 
 
-def _flags(source: str) -> list[str]:
-    return ["-O1", "-shared", "-fPIC", "-w"]
+_LOADED: dict[str, Any] = {}
+
+
+def _flags() -> list[str]:
+    """Compiler flags: ``$DELTACHIP_SIM_CFLAGS`` if set, else -O1 (see codegen.C_CHUNK)."""
+    opt = os.environ.get("DELTACHIP_SIM_CFLAGS", "-O1").split()
+    return [*opt, "-shared", "-fPIC", "-w"]
 
 
 def build(source: str) -> Any:
@@ -75,8 +85,10 @@ def build(source: str) -> Any:
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set CC, or install gcc)")
-    flags = _flags(source)
+    flags = _flags()
     key = hashlib.sha256("\0".join([*cc, *flags, source]).encode()).hexdigest()[:32]
+    if key in _LOADED:
+        return _LOADED[key]
     d = cache_dir()
     lib = d / f"{key}.so"
     if not lib.exists():
@@ -85,12 +97,17 @@ def build(source: str) -> Any:
             f.write(source)
         tmp_so = tmp_c[:-2] + ".so"
         try:
-            r = subprocess.run([*cc, *flags, "-o", tmp_so, tmp_c], capture_output=True, text=True)
+            try:
+                r = subprocess.run([*cc, *flags, "-o", tmp_so, tmp_c], capture_output=True,
+                                   text=True)
+            except OSError as e:
+                raise NoCompiler(f"cannot run C compiler {' '.join(cc)}: {e}") from None
             if r.returncode != 0:
-                raise NoCompiler(f"C compiler {' '.join(cc)} failed:\n{r.stderr[-2000:]}")
+                raise BuildError(f"C compiler {' '.join(cc)} failed:\n{r.stderr[-2000:]}")
             os.replace(tmp_so, lib)
         finally:
             for p in (tmp_c, tmp_so):
                 if os.path.exists(p):
                     os.unlink(p)
-    return _FFI.dlopen(str(lib))
+    _LOADED[key] = _FFI.dlopen(str(lib))
+    return _LOADED[key]

@@ -48,8 +48,9 @@ def mask(width: int) -> int:
 # ---- C --------------------------------------------------------------------------------------
 
 #: Value nodes per generated C function. gcc's time on one straight-line function grows faster
-#: than linearly with its length (20,000 nodes in one function: ~20 s at -O2); functions of this
-#: size keep the build linear (about 1 s per 10,000 nodes) at no measurable run-time cost.
+#: than linearly with its length (20,000 nodes in one function: ~20 s at -O2); short functions
+#: at -O1 keep the build about linear (~0.3 ms per node) and run as fast (measured with
+#: benchmarks/sim_speed.py: within noise of -O2 and of 1,500-node functions).
 C_CHUNK = 300
 
 

@@ -4,8 +4,8 @@ Takes: a checked circuit. Gives: an engine object with one interface, whichever 
 
 - circuits (:class:`CStepEngine`, :class:`PyStepEngine`): ``load(i, words)``, ``read(i)``,
   ``step(tokvec, trace) -> (out, writes, values)``, ``run(tokvec, n) -> (vectors, status)``;
-- modules (:class:`CBatchEngine`, :class:`NumpyBatchEngine`, :class:`PyScalarEngine`):
-  ``batch(cols, n) -> list of uint64 arrays`` and/or ``one(values) -> list[int]``.
+- modules (:class:`CBatchEngine`, :class:`PyModuleEngine`): ``batch(cols, n)`` from a
+  (inputs, n) ``uint64`` array to an (outputs, n) one, and ``one(values) -> list[int]``.
 
 Vectors are in the flat layout of :mod:`hdl.sim.layout`. The IR is compiled once, at
 construction: to C via :mod:`hdl.sim.cbuild`, or to Python source that is ``exec``'d.

@@ -119,7 +119,7 @@ def evaluator(circuit: Circuit, backend: str = "auto") -> ModuleEvaluator:
     if hit is not None and hit[0]() is circuit and hit[1] == len(circuit.nodes):
         return hit[2]
     ev = ModuleEvaluator(circuit, backend)
-    _CACHE[key] = (weakref.ref(circuit, lambda _r, k=key: _CACHE.pop(k, None)),
+    _CACHE[key] = (weakref.ref(circuit, lambda _r, k=key, cache=_CACHE: cache.pop(k, None)),
                    len(circuit.nodes), ev)
     return ev
 

@@ -100,6 +100,12 @@ class Simulator:
     def memories(self) -> dict[str, list[int]]:
         return {name: self._engine.read(i) for i, name in enumerate(self.layout.mem_names)}
 
+    def memory(self, name: str) -> list[int]:
+        """The current contents of one memory (cheaper than ``memories`` for one)."""
+        if name not in self.circuit.memories:
+            raise SimError(f"unknown memory '{name}'")
+        return self._engine.read(self.layout.mem_index(name))
+
     def load_memory(self, name: str, words: Sequence[int]) -> None:
         """Replace a memory's contents (shorter images are padded with zeros)."""
         if name not in self.circuit.memories:

@@ -93,3 +93,38 @@ def ram_circuit(depth: int = 16, width: int = 8, aw: int = 4) -> Circuit:
     c.add(Op.TOKEN_OUT, 0, (nk, na, nd, na, nd))
     c.check()
     return c
+
+
+def rom_circuit(depth: int = 40, width: int = 12) -> Circuit:
+    """Walk(i) -> Walk(table[i] mod depth-ish): a pointer chase through a ROM image; also
+    reads a second port at i+1 so two read ports share one image."""
+    aw = max(1, (depth - 1).bit_length())
+    c = Circuit("Rom", L)
+    c.kinds = [TokenKind("Walk", (Field("i", aw), Field("v", width)), L)]
+    img = tuple((i * 2654435761 >> 7) % (1 << width) for i in range(depth))
+    c.memories["table"] = Memory("table", "rom", width, depth, loc(2), init=img)
+    c.start = Token(0, (1, 0))
+    i = c.add(Op.TOKEN_FIELD, aw, param=(0, 0))
+    r0 = c.add(Op.MEM_READ, width, (i,), param="table")
+    i1 = c.add(Op.ADD, aw, (i, c.add(Op.CONST, aw, param=1)))
+    r1 = c.add(Op.MEM_READ, width, (i1,), param="table")
+    nxt = c.add(Op.SLICE, aw, (r0,), param=0)
+    v = c.add(Op.XOR, width, (r0, r1))
+    c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), nxt, v))
+    c.check()
+    return c
+
+
+def self_feeding_ram() -> Circuit:
+    """Breaks the depth rule: the data written to ``mem`` is read from ``mem`` this step."""
+    c = Circuit("Bad", L)
+    c.kinds = [TokenKind("T", (Field("a", 4),), L)]
+    c.memories["mem"] = Memory("mem", "ram", 4, 16, loc(2))
+    c.start = Token(0, (0,))
+    a = c.add(Op.TOKEN_FIELD, 4, param=(0, 0), loc=loc(3), name="a")
+    r = c.add(Op.MEM_READ, 4, (a,), param="mem", loc=loc(4), name="old")
+    inc = c.add(Op.ADD, 4, (r, c.add(Op.CONST, 4, param=1)), loc=loc(5), name="bumped")
+    c.add(Op.MEM_WRITE, 0, (a, inc, c.add(Op.CONST, 1, param=1)), param="mem", loc=loc(6))
+    c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), inc), loc=loc(7))
+    c.check()
+    return c

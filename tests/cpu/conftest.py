@@ -3,6 +3,8 @@
 * :func:`run_unicorn` runs instruction words on unicorn 2.1.x with the shipped memory map,
   emulating Zba (sh1add/sh2add/sh3add) in the interrupt hook, and returns the per-instruction
   pcs, register snapshots and data accesses.
+* :func:`run_unicorn_program` runs a whole loaded program (UART, exit ecall) and reads the
+  register each instruction wrote, for lock-step checks of the firmware.
 * :func:`make_elf` writes a minimal RV32 ELF (segments + optional symbols) so the loader
   tests need no compiler.
 * the ``firmware_elf`` fixture builds a shipped program with ``firmware.toolchain`` (cached
@@ -10,7 +12,7 @@
 * the unicorn differential tests add to :data:`COMPARED` (fixture ``compared``); the total
   is printed in the test summary.
 
-Test modules get these through fixtures (``unicorn_run``, ``build_elf``, ``elf_file``,
+Test modules get these through fixtures (``unicorn_run``, ``unicorn_program``, ``build_elf``, ``elf_file``,
 ``firmware_elf``, ``compared``), never ``import conftest``.
 """
 from __future__ import annotations
@@ -107,6 +109,93 @@ def run_unicorn(words: list[int], regs: list[int], ram: bytes, max_steps: int,
     return out
 
 
+@dataclass
+class UnicornProgramRun:
+    """A whole program on unicorn: per-instruction pcs, ``values[i]`` = the watched register
+    after instruction i (None when not watched), data accesses, UART bytes, exit code."""
+    pcs: list[int] = field(default_factory=list)
+    values: list[int | None] = field(default_factory=list)
+    accesses: list[tuple[str, int, int, int]] = field(default_factory=list)
+    output: bytearray = field(default_factory=bytearray)
+    exit_code: int | None = None
+    error: str | None = None
+
+
+def run_unicorn_program(segments: list[tuple[int, bytes]], entry: int, max_steps: int,
+                        watch: list[int | None]) -> UnicornProgramRun:
+    """Run a loaded program image (``segments``: (address, bytes incl. zeroed tails)) from
+    ``entry`` until the exit ecall (a7 = 93), an error, or ``max_steps`` instructions.
+    ``watch[i]`` names the register to read after instruction i (the lock-step check)."""
+    from unicorn import UC_ARCH_RISCV, UC_HOOK_CODE, UC_HOOK_INTR, UC_HOOK_MEM_READ, \
+        UC_HOOK_MEM_WRITE, UC_MODE_RISCV32, Uc, UcError
+    from unicorn.riscv_const import UC_RISCV_REG_PC, UC_RISCV_REG_X0
+
+    uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
+    for base, size in ((memmap.CODE_BASE, memmap.CODE_SIZE), (memmap.RODATA_BASE, memmap.RODATA_SIZE),
+                       (memmap.RAM_BASE, memmap.RAM_SIZE), (memmap.UART_TX, 0x1000)):
+        uc.mem_map(base, size)
+    for addr, blob in segments:
+        uc.mem_write(addr, blob)
+    uc.reg_write(UC_RISCV_REG_X0 + memmap.REG_SP, memmap.STACK_TOP)
+    out = UnicornProgramRun()
+    pending: list[int | None] = [None]
+
+    def settle() -> None:
+        reg = pending[0]
+        out.values.append(None if reg is None else uc.reg_read(UC_RISCV_REG_X0 + reg))
+
+    def on_code(uc, addr, size, _):
+        n = len(out.pcs)
+        if n:
+            settle()
+        if n == max_steps:
+            uc.emu_stop()
+            return
+        out.pcs.append(addr)
+        pending[0] = watch[n] if n < len(watch) else None
+
+    def on_intr(uc, intno, _):
+        pc = uc.reg_read(UC_RISCV_REG_PC)          # reported past the instruction
+        word = int.from_bytes(uc.mem_read(pc - 4, 4), "little")
+        if intno == 2 and word & 0xFE00707F in (0x20002033, 0x20004033, 0x20006033):
+            rd, rs1, rs2 = (word >> 7) & 31, (word >> 15) & 31, (word >> 20) & 31
+            a = uc.reg_read(UC_RISCV_REG_X0 + rs1)
+            b = uc.reg_read(UC_RISCV_REG_X0 + rs2)
+            if rd:
+                uc.reg_write(UC_RISCV_REG_X0 + rd,
+                             ((a << SH_ADD_FUNCT3[(word >> 12) & 7]) + b) & 0xFFFFFFFF)
+            return
+        if word == 0x73 and uc.reg_read(UC_RISCV_REG_X0 + memmap.REG_A7) == memmap.EXIT_SYSCALL:
+            a0 = uc.reg_read(UC_RISCV_REG_X0 + memmap.REG_A0)
+            out.exit_code = a0 - (1 << 32) if a0 >> 31 else a0
+        else:
+            out.error = f"interrupt {intno} at 0x{pc - 4:08x}"
+        settle()
+        pending[0] = -1
+        uc.emu_stop()
+
+    def on_read(uc, kind, addr, size, value, _):
+        out.accesses.append(("R", addr & 0xFFFFFFFF, size, 0))
+
+    def on_write(uc, kind, addr, size, value, _):
+        value &= (1 << (8 * size)) - 1
+        out.accesses.append(("W", addr & 0xFFFFFFFF, size, value))
+        if addr == memmap.UART_TX:
+            out.output.append(value & 0xFF)
+
+    uc.hook_add(UC_HOOK_CODE, on_code)
+    uc.hook_add(UC_HOOK_INTR, on_intr)
+    uc.hook_add(UC_HOOK_MEM_READ, on_read)
+    uc.hook_add(UC_HOOK_MEM_WRITE, on_write)
+    try:
+        uc.emu_start(entry, memmap.CODE_END)
+    except UcError as e:
+        out.error = str(e)
+    if pending[0] != -1 and len(out.values) < len(out.pcs):
+        settle()
+    return out
+
+
 # ---------------------------------------------------------------- ELF writer
 
 PT_LOAD = 1
@@ -166,6 +255,13 @@ def unicorn_run():
 
 
 @pytest.fixture(scope="session")
+def unicorn_program():
+    """:func:`run_unicorn_program`, skipping when unicorn is not installed."""
+    pytest.importorskip("unicorn")
+    return run_unicorn_program
+
+
+@pytest.fixture(scope="session")
 def compared() -> dict[str, int]:
     """The session's counter of instructions compared against unicorn."""
     return COMPARED
@@ -191,7 +287,9 @@ def elf_file(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def firmware_elf(tmp_path_factory):
-    """``firmware_elf("hello") -> Path``: build firmware/programs/<name>.c once per session."""
+    """``firmware_elf("hello") -> Path``: build a shipped program (``firmware.toolchain.
+    shipped_programs()``: firmware/programs/*.c and calc) once per session; skips when no
+    RISC-V compiler is installed."""
     toolchain = pytest.importorskip("firmware.toolchain")
     try:
         toolchain.resolve_compiler("auto")
@@ -202,10 +300,11 @@ def firmware_elf(tmp_path_factory):
 
     def build(name: str) -> Path:
         if name not in cache:
-            src = toolchain.PROGRAMS_DIR / f"{name}.c"
-            cache[name] = toolchain.build([src], out_dir / f"{name}.elf")
+            sources = toolchain.shipped_programs()[name]
+            cache[name] = toolchain.build(sources, out_dir / f"{name}.elf")
         return cache[name]
     return build
+
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -6,7 +6,8 @@ backwards that stay inside the stream) over edge-biased register values and rand
 Both machines run the same step budget; compared: the pc of every instruction, every
 register write (against unicorn's registers before the next instruction), every data access
 (address, width, store value), and at the end all registers, the pc and the RAM window.
-A deterministic sweep adds every R/I/shift op over all pairs of edge values.
+A deterministic sweep adds every R/I/shift op over all pairs of edge values, and every
+shipped firmware program (and calc on a few inputs) runs in lock-step on both.
 
 unicorn 2.1.4 lacks Zba (emulated in its interrupt hook, see conftest) and allows misaligned
 accesses silently, so the streams only make aligned accesses.
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cpu import isa, memmap
+from cpu.elf import read_elf
 from cpu.emulator import FaultCause, Machine
 
 M = 0xFFFF_FFFF
@@ -164,3 +167,44 @@ def test_edge_value_sweep_matches_unicorn(unicorn_run, compared):
             words += [isa.encode(name, rd=3, rs1=1, imm=s) for s in range(32)]
     regs = [0] * 32
     compare(words, regs, bytes(64), len(words) + 1, unicorn_run, compared)
+
+
+# ---------------------------------------------------------------- shipped firmware, lock-step
+
+def _program_names() -> list[str]:
+    try:
+        from firmware.toolchain import shipped_programs
+    except ImportError:
+        return []
+    return sorted(shipped_programs())
+
+
+PROGRAM_INPUTS = {"calc": ["2**100", "-7 // 2", "(3/4 - 5) * 2**70 % 7 + gcd(84, -36)"]}
+
+
+@pytest.mark.parametrize("name", _program_names())
+def test_firmware_lockstep_with_unicorn(name, firmware_elf, unicorn_program, compared):
+    """Every shipped program, instruction by instruction: pc, the register written and its
+    value, every data access, the UART output and the exit code."""
+    path = firmware_elf(name)
+    image = read_elf(path)
+    for text in PROGRAM_INPUTS.get(name, [None]):
+        m = Machine.from_elf(path, None if text is None else text.encode())
+        res = m.run(2_000_000, trace=True)
+        assert res.exit_code is not None, str(res.fault)
+        segments = [(s.vaddr, s.data + bytes(s.memsz - len(s.data))) for s in image.segments]
+        if text is not None:
+            segments.append((image.symbols["__input_buffer"].value, text.encode() + b"\0"))
+        uc = unicorn_program(segments, image.entry, 2_000_000, [r.rd for r in res.retired])
+        assert uc.error is None, uc.error
+        assert [r.pc for r in res.retired] == uc.pcs
+        mismatches = [(i, r) for i, r in enumerate(res.retired)
+                      if r.rd is not None and uc.values[i] != r.rd_value]
+        assert not mismatches, mismatches[:3]
+        accesses = [("W" if r.is_store else "R", r.mem_addr, r.mem_width,
+                     r.mem_data if r.is_store else 0)
+                    for r in res.retired if r.mem_addr is not None]
+        assert accesses == uc.accesses
+        assert (res.output, res.exit_code) == (bytes(uc.output), uc.exit_code)
+        compared["instructions"] += len(res.retired)
+        compared["streams"] += 1

@@ -3,6 +3,7 @@ an independent Python model (example_models.py), the default run through the `de
 command, and the stack machine's assembler against its checked-in ROM image."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import re
@@ -17,18 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
 
 
-def load(name: str):
+@functools.cache
+def circuit(name: str):
+    """The elaborated circuit of examples/<name>/<name>.hdl (loaded once)."""
     from hdl.frontend import load_circuit
     return load_circuit(EX / name / f"{name}.hdl")
-
-
-_CIRCUITS: dict[str, object] = {}
-
-
-def circuit(name: str):
-    if name not in _CIRCUITS:
-        _CIRCUITS[name] = load(name)
-    return _CIRCUITS[name]
 
 
 def simulate(name: str, start: str | None = None, roms=None, steps: int = 10_000) -> list[str]:
@@ -50,11 +44,6 @@ def cli(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(list(argv))
     return rc, out.getvalue(), err.getvalue()
-
-
-def needs_sim_command():
-    if importlib.util.find_spec("deltachip.commands.sim") is None:
-        pytest.skip("the `deltachip sim` command is not there yet")
 
 
 # ---- counter ----------------------------------------------------------------------------------
@@ -83,11 +72,13 @@ def test_gcd_any_operands(a, b):
     assert stream[-1] == f"Result value={math.gcd(a, b)}"
 
 
-def test_gcd_steps_are_bounded():
-    # the longest run for u8 operands (Lame: consecutive Fibonacci numbers): 11 remainders,
-    # 12 Step tokens and the Result
+def test_gcd_longest_run():
+    # the longest run for u8 operands (Lame: consecutive Fibonacci numbers, the smaller
+    # first, so the first step swaps them): 13 Step tokens and the Result
     longest = max(len(M.gcd(a, b)) for a in range(256) for b in range(256))
-    assert len(simulate("gcd", "Step a=233 b=144")) == len(M.gcd(233, 144)) == longest == 13
+    assert longest == 14
+    assert simulate("gcd", "Step a=144 b=233") == M.gcd(144, 233)
+    assert len(M.gcd(144, 233)) == longest
 
 
 # ---- stack machine ----------------------------------------------------------------------------
@@ -173,7 +164,19 @@ def test_stack_machine_random_programs(prog):
     ("stack_machine", lambda: M.stack_machine(_hex_words(EX / "stack_machine" / "program.hex"))),
 ])
 def test_deltachip_sim_runs_each_example(name, expected):
-    needs_sim_command()
     rc, out, err = cli("sim", str(EX / name / f"{name}.hdl"))
     assert rc == 0, err
     assert out.splitlines() == expected()
+
+
+def test_own_program_through_asm_and_rom_option(tmp_path):
+    src = tmp_path / "countdown.asm"
+    src.write_text("        PUSH 3\nloop:   DUP\n        OUT\n        PUSH 1\n        SUB\n"
+                   "        DUP\n        JNZ loop\n        HALT\n")
+    assert _asm().main([str(src), "-o", str(tmp_path / "countdown.hex")]) == 0
+    words = _hex_words(tmp_path / "countdown.hex")
+    rc, out, err = cli("sim", str(EX / "stack_machine" / "stack_machine.hdl"),
+                       "--rom", f"prog={tmp_path / 'countdown.hex'}")
+    assert rc == 0, err
+    assert out.splitlines() == M.stack_machine(words)
+    assert M.printed(out.splitlines()) == [3, 2, 1]

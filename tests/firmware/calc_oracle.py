@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import math
 import random
+import re
+import warnings
 from fractions import Fraction
 from typing import Callable
 
@@ -83,9 +85,13 @@ def _eval(node: ast.AST) -> Fraction:
 def oracle(expr: str) -> tuple[str | None, int]:
     """The expected (output line, exit code) of calc for one expression; the line is None
     for an error (calc prints "error: ..."), whose exit code is 1, 2 or 3."""
+    if re.search(r",\s*\)", expr):     # Python allows gcd(a, b,); calc does not
+        return None, SYNTAX
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError:
+        with warnings.catch_warnings():       # e.g. "2(3)": 'int' object is not callable
+            warnings.simplefilter("ignore")
+            tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, RecursionError, MemoryError):
         return None, SYNTAX
     try:
         return str(_eval(tree)), 0
@@ -233,6 +239,23 @@ def generate(seed: int, count: int) -> list[tuple[str, str]]:
         if expr.strip() and len(expr) < INPUT_CAPACITY - 2:
             out.append((name, expr))
     return out
+
+
+def mutate(rng: random.Random, expr: str, edits: int = 2) -> str:
+    """``expr`` with a few random single-character deletions, insertions and replacements
+    (from calc's own alphabet), for robustness tests: the result is usually invalid."""
+    alphabet = "0123456789+-*/%(), gcd"
+    chars = list(expr)
+    for _ in range(edits):
+        i = rng.randrange(len(chars) + 1)
+        action = rng.choice(["delete", "insert", "replace"])
+        if action == "insert" or not chars or i == len(chars):
+            chars.insert(i, rng.choice(alphabet))
+        elif action == "delete":
+            del chars[i]
+        else:
+            chars[i] = rng.choice(alphabet)
+    return "".join(chars).replace("\n", " ")
 
 
 def batches(exprs: list[str], capacity: int = INPUT_CAPACITY - 1) -> list[list[str]]:

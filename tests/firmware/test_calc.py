@@ -2,19 +2,23 @@
 ``fractions.Fraction`` on seeded random expressions, plus golden error texts."""
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 
-from calc_oracle import KINDS, batches, generate, oracle
+from calc_oracle import KINDS, batches, generate, mutate, oracle
 from conftest import Outcome, run_on
+from firmware import toolchain
 
 
 def run_calc(firmware_elf, engine: str, text: str) -> Outcome:
     return run_on(engine, firmware_elf("calc"), text)
 
 
-def check_batch(firmware_elf, engine: str, exprs: list[str]) -> None:
+def check_batch(elf: Path, engine: str, exprs: list[str]) -> None:
     """Run a multi-line batch and compare each line (and the exit code) with the oracle."""
-    out = run_calc(firmware_elf, engine, "\n".join(exprs))
+    out = run_on(engine, elf, "\n".join(exprs))
     assert out.fault is None, out.fault
     lines = out.output.decode().split("\n")
     assert lines[-1] == "", "output must end with a newline"
@@ -31,22 +35,49 @@ def check_batch(firmware_elf, engine: str, exprs: list[str]) -> None:
     assert out.exit_code == first_error, exprs
 
 
-def check_random(firmware_elf, engine: str, seed: int, count: int) -> None:
+def check_random(elf: Path, engine: str, seed: int, count: int) -> None:
     cases = generate(seed, count)
     assert {kind for kind, _ in cases} == set(KINDS)
     for group in batches([expr for _, expr in cases]):
-        check_batch(firmware_elf, engine, group)
+        check_batch(elf, engine, group)
 
 
 def test_random_expressions(firmware_elf, engine):
     """208 expressions (16 of each of the 13 kinds) against Python's Fraction."""
-    check_random(firmware_elf, engine, seed=20261129, count=16 * len(KINDS))
+    check_random(firmware_elf("calc"), engine, seed=20261129, count=16 * len(KINDS))
+
+
+@pytest.mark.skipif(not toolchain.gcc_available(), reason="riscv64-unknown-elf-gcc not installed")
+def test_gcc_build_agrees(firmware_elf, engine):
+    """calc built by gcc (-O2 and -Os) on 52 random expressions."""
+    for opt in ("-O2", "-Os"):
+        check_random(firmware_elf("calc", "gcc", opt), engine, seed=99, count=4 * len(KINDS))
 
 
 @pytest.mark.slow
 def test_random_expressions_many(firmware_elf, engine):
     """1300 expressions (100 of each kind) against Python's Fraction."""
-    check_random(firmware_elf, engine, seed=7, count=100 * len(KINDS))
+    check_random(firmware_elf("calc"), engine, seed=7, count=100 * len(KINDS))
+
+
+def test_mutated_expressions(firmware_elf, engine):
+    """Robustness: 300 randomly damaged expressions. Each line gets exactly one output line,
+    the machine never faults, valid leftovers evaluate like Python, and broken ones print
+    an error (exit codes are compared in the tests above; here only error vs value)."""
+    rng = random.Random(1234)
+    exprs = [mutate(rng, expr, rng.randint(1, 3)) for _, expr in generate(5, 300)]
+    exprs = [e for e in exprs if e.strip() and len(e) < 1000]
+    for group in batches(exprs):
+        out = run_on(engine, firmware_elf("calc"), "\n".join(group))
+        assert out.fault is None, (out.fault, group)
+        lines = out.output.decode().split("\n")[:-1]
+        assert len(lines) == len(group)
+        for expr, got in zip(group, lines):
+            want, _ = oracle(expr)
+            if want is None:
+                assert got.startswith("error: "), (expr, got)
+            else:
+                assert got == want, (expr, got, want)
 
 
 @pytest.mark.parametrize("expr, want", [
@@ -87,11 +118,21 @@ def test_known_values(firmware_elf, engine, expr, want):
             "found end of line", 1),
     ("(1", "error: syntax error at column 3: expected ')', found end of line", 1),
     ("1 2", "error: syntax error at column 3: expected an operator or end of line, "
-            "found '2'", 1),
+            "found a number", 1),
+    ("2 * * 3", "error: syntax error at column 5: expected a number, '(' or gcd, "
+                "found '*'", 1),
+    ("gcd 1", "error: syntax error at column 5: expected '(', found a number", 1),
+    ("(1) gcd", "error: syntax error at column 5: expected an operator or end of line, "
+                "found 'gcd'", 1),
+    ("1 + \x01", "error: syntax error at column 5: expected a number, '(' or gcd, "
+                 "found byte 0x01", 1),
+    ("1 + é", "error: syntax error at column 5: expected a number, '(' or gcd, "
+             "found byte 0xc3", 1),
     ("2 $ 3", "error: syntax error at column 3: expected an operator or end of line, "
               "found '$'", 1),
-    ("007", "error: syntax error at column 1: expected a number without leading zeros, "
-            "found '0'", 1),
+    ("1 + 007", "error: syntax error at column 5: leading zeros are not allowed in a "
+                "number: 007", 1),
+    ("00 + 1", "1", 0),
     ("x", "error: syntax error at column 1: expected a number, '(' or gcd, found 'x'", 1),
     ("", "error: no expression given (example input: 2**100)", 1),
     ("(" * 30 + "1" + ")" * 30, "error: expression nested too deeply", 3),
@@ -129,3 +170,32 @@ def test_cli_run_calc(firmware_elf, capfd):
     assert capfd.readouterr().out == "1267650600228229401496703205376\n"
     assert main(["run", elf, "--input", "-7 // 2"]) == 0
     assert capfd.readouterr().out == "-4\n"
+
+
+def test_memory_stays_in_bounds(firmware_elf):
+    """On the emulator's trace: calc's stack never reaches .bss, and no store touches the
+    input buffer, the ROMs or anything but RAM past the input buffer and the UART."""
+    from conftest import emulator_available
+    if not emulator_available():
+        pytest.skip("cpu.emulator is not available")
+    from cpu.emulator import Machine
+    text = "\n".join([
+        "(" * 23 + "1" + ")" * 23,                       # deepest nesting allowed
+        "1" + "+(1" * 13 + ")" * 13,                     # every value slot in use
+        "-" * 46 + "5",
+        "2**3401 // 3**1000 % 7**100",                   # the largest numbers (1024 digits)
+        "(2**100-1)/(3**60+1) - (5**50+7)/(2**150+3)",
+        "gcd(2**300-1, 3**200-1)",
+        "1" + "+(1" * 14 + ")" * 14, "10**1024", "1/0",  # errors unwind cleanly
+        "(" * 30 + "1" + ")" * 30,
+    ])
+    m = Machine.from_elf(firmware_elf("calc"), text.encode())
+    r = m.run(20_000_000, trace=True)
+    assert r.fault is None and r.exit_code == 3
+    assert r.output.decode().count("\n") == 10
+    bss_end, input_end = m.symbols["__bss_end"], m.symbols["__input_buffer"] + 1024
+    sps = [x.rd_value for x in r.retired if x.rd == 2]
+    assert min(sps) > bss_end
+    for x in r.retired:
+        if x.is_store:
+            assert x.mem_addr == 0x1000_0000 or input_end <= x.mem_addr < 0x88000, x.format()

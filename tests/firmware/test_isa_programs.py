@@ -37,9 +37,14 @@ def test_every_instruction_is_tested():
     assert not missing, f"no ISA test uses {missing}"
 
 
+COMPILERS = ["zig", pytest.param("gcc", marks=pytest.mark.skipif(
+    not toolchain.gcc_available(), reason="riscv64-unknown-elf-gcc not installed"))]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_isa_program_passes(firmware_elf, engine, name):
-    out = run_on(engine, firmware_elf(f"isa:{name}"), max_steps=100_000)
+def test_isa_program_passes(firmware_elf, engine, name, compiler):
+    out = run_on(engine, firmware_elf(f"isa:{name}", compiler), max_steps=100_000)
     assert out.fault is None, out.fault
     assert out.exit_code == 0, f"{name}: case {out.exit_code} failed on {engine}"
 

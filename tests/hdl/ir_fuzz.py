@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import random
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from hdl.ir import Circuit, Field, Loc, Memory, Op, Token, TokenKind
 
@@ -156,13 +156,14 @@ def rng_choice_width(rng: random.Random, width: int) -> int:
 def random_circuit(rng: random.Random, n_nodes: int = 60, max_width: int = 64,
                    n_kinds: int | None = None, n_memories: int | None = None,
                    ops: Iterable[Op] = ALL_OPS, write_ports: int = 1,
-                   halt_kinds: bool = True) -> Circuit:
+                   halt_kinds: bool = True,
+                   mem_depths: Sequence[int] = (1, 2, 3, 5, 16, 17, 64)) -> Circuit:
     """A random top circuit with about ``n_nodes`` value nodes.
 
     ``n_kinds`` token kinds (1..4 when None) with 0..3 fields each; ``n_memories`` memories
     (0..3 when None), ROMs with images and RAMs with ``write_ports`` MEM_WRITE nodes each
-    (applied in IR order). With ``halt_kinds`` the last kind may be a halt kind. The next
-    token's kind index is always a declared kind."""
+    (applied in IR order), depths drawn from ``mem_depths``. With ``halt_kinds`` the last kind
+    may be a halt kind. The next token's kind index is always a declared kind."""
     c = Circuit("Fuzz", Loc("<fuzz>", 0, 0))
     nk = n_kinds if n_kinds is not None else rng.randint(1, 4)
     for k in range(nk):
@@ -174,7 +175,7 @@ def random_circuit(rng: random.Random, n_nodes: int = 60, max_width: int = 64,
     for i in range(nm):
         kind = rng.choice(("rom", "ram"))
         w = random_width(rng, max_width)
-        depth = rng.choice((1, 2, 3, 5, 16, 17, 64))
+        depth = rng.choice(tuple(mem_depths))
         init = tuple(edge_value(rng, w) for _ in range(rng.randint(0, depth))) \
             if kind == "rom" else ()
         c.memories[f"m{i}"] = Memory(f"m{i}", kind, w, depth, Loc("<fuzz>", 0, 0), init=init)

@@ -123,6 +123,13 @@ def test_constant_shift_becomes_slice_and_concat_variable_shift_an_op():
                        "v": a >> (a % 8), "w": u(s(a, 8) >> (a % 8), 8)}
 
 
+def test_bit_index_at_run_time():
+    c = load_module_source("module m (in a: u8, in i: u4, out y: u1) { y = a[i]; }", "m")
+    for a in (0, 0x5A, 0xFF):
+        for i in range(16):
+            assert evaluate_module(c, {"a": a, "i": i}, backend="python")["y"] == (a >> i) & 1
+
+
 def test_ext_and_trunc():
     src = """
     module m (in a: u4, in b: s4, out z: u8, out x: u8, out e: s8, out t: u2) {

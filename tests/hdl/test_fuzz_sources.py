@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hdl.diagnostics import CompileError
@@ -65,7 +66,7 @@ def test_seed_sources_load():
         _load(path, TEXTS[path])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           derandomize=True)
 @given(mutated())
 def test_mutated_sources_load_or_raise_compile_error(case):
@@ -74,3 +75,10 @@ def test_mutated_sources_load_or_raise_compile_error(case):
         _load(path, text)
     except CompileError as e:
         assert e.diagnostics and str(e)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutated_sources_many(case):
+    test_mutated_sources_load_or_raise_compile_error.hypothesis.inner_test(case)

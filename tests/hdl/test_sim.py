@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from hdl.ir import Circuit, Field, Loc, Memory, NOLOC, Op, Token, TokenKind
+from hdl.ir import Circuit, Field, Memory, NOLOC, Op, Token, TokenKind
 from hdl.sim import (ImageError, SimError, Simulator, TokenSyntaxError, evaluate_module,
                      evaluate_module_batch, format_token, load_image, parse_token, to_signed)
 from hdl.sim.modules import ModuleEvaluator
@@ -365,17 +365,18 @@ def test_evaluate_module_signed_inputs_and_errors():
 
 # ---- differential: C = Python = interpreter on random IR ---------------------------------
 
-@pytest.mark.parametrize("seed", range(40))
-def test_random_circuits_backends_agree(seed):
+def differential(seed: int, sizes: tuple[int, ...], steps: int) -> None:
+    """A random circuit stepped in both backends and the interpreter: every node value, the
+    next token, the writes and the memories must agree at every step; then run() agrees."""
     rng = random.Random(seed)
-    c = random_circuit(rng, n_nodes=rng.choice((20, 60, 150)))
+    c = random_circuit(rng, n_nodes=rng.choice(sizes), write_ports=rng.choice((1, 1, 2)))
     images = random_images(rng, c)
     sims = [Simulator(c, roms=images, backend=b) for b in BACKENDS]
     mem = {n: list(m.init) + [0] * (m.depth - len(m.init)) for n, m in c.memories.items()}
     for n, words in images.items():
         mem[n] = list(words) + [0] * (c.memories[n].depth - len(words))
     tok = random_token(rng, c)
-    for _ in range(12):
+    for _ in range(steps):
         rs = [s.step(tok, trace=True) for s in sims]
         vals, nxt, writes, _ = interpret(c, mem, tok)
         for r in rs:
@@ -386,8 +387,19 @@ def test_random_circuits_backends_agree(seed):
             assert s.memories == mem
         tok = nxt if rng.random() < 0.7 else random_token(rng, c)
     start = random_token(rng, c)
-    assert sims[0].run(start, 30) == sims[1].run(start, 30)
+    assert sims[0].run(start, 3 * steps) == sims[1].run(start, 3 * steps)
     assert sims[0].memories == sims[1].memories
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_circuits_backends_agree(seed):
+    differential(seed, (20, 60, 150), 12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(100, 400))
+def test_random_circuits_backends_agree_more(seed):
+    differential(seed, (100, 400, 1000), 25)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -406,3 +418,31 @@ def test_random_modules_backends_agree(seed):
         got = ev.batch(cols)
         assert {k: a.tolist() for k, a in got.items()} == \
             {k: [w[k] for w in want] for k in want[0]}
+
+
+def test_auto_falls_back_to_python_without_a_compiler(monkeypatch, tmp_path):
+    from hdl.sim import cbuild
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path))     # nothing cached on disk
+    monkeypatch.setattr(cbuild, "_LOADED", {})
+    monkeypatch.setattr(cbuild, "find_compiler", lambda: None)
+    c = counter(limit=3)
+    sim = Simulator(c)
+    assert sim.backend == "python"
+    assert len(sim.run(c.start, 10)) == 5
+    with pytest.raises(SimError) as e:
+        Simulator(c, backend="c")
+    assert str(e.value) == ("the C simulator backend is unavailable: no C compiler found "
+                            "(set CC, or install gcc)")
+    assert ModuleEvaluator(module(Op.ADD, 4, [4, 4])).backend == "python"
+
+
+def test_c_build_is_cached_on_disk(monkeypatch, tmp_path):
+    from hdl.sim import cbuild
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path))
+    monkeypatch.setattr(cbuild, "_LOADED", {})
+    Simulator(counter(limit=4), backend="c")
+    built = sorted(p.name for p in (tmp_path / "sim").iterdir())
+    assert len(built) == 1 and built[0].endswith(".so")
+    monkeypatch.setattr(cbuild, "_LOADED", {})
+    monkeypatch.setattr(cbuild.subprocess, "run", None)      # a rebuild would fail
+    assert Simulator(counter(limit=4), backend="c").run(Token(0, (0,)), 9)[-1] == Token(1, ())

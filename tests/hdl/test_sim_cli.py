@@ -143,3 +143,18 @@ def test_counter_example_end_to_end():
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"Count value={i}" for i in range(10)] + ["Done"]
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_run_trace_and_write_vcd_match_the_cli(monkeypatch, tmp_path, engine):
+    from hdl.sim import Simulator
+    from hdl.sim.waveform import write_vcd
+    c = acc_circuit()
+    sim = Simulator(c, backend=engine)
+    toks = sim.run(c.start, 100, trace=True)
+    assert len(sim.trace) == len(toks) - 1 == 6
+    assert [r.next for r in sim.trace] == toks[1:]
+    assert sim.memory("log") == [1, 3, 6, 2, 2, 2, 0, 0]
+    write_vcd(tmp_path / "api.vcd", c, toks, sim.trace)
+    cli(monkeypatch, c, "--vcd", str(tmp_path / "cli.vcd"), "--engine", engine)
+    assert _vcd_values(tmp_path / "api.vcd") == _vcd_values(tmp_path / "cli.vcd")

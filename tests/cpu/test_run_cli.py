@@ -1,0 +1,138 @@
+"""``deltachip run``: stdout carries only UART output, exit statuses, --stats, --trace, errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cpu import isa, memmap
+from deltachip.cli import main
+from deltachip.commands.run import ENGINES
+
+E = isa.encode
+
+
+def li(rd: int, value: int) -> list[int]:
+    hi = ((value + 0x800) >> 12) & 0xFFFFF
+    return [E("lui", rd=rd, imm=hi), E("addi", rd=rd, rs1=rd, imm=isa.sign_extend(value & 0xFFF, 12))]
+
+
+def program(words: list[int], build_elf, elf_file, symbols=None):
+    code = b"".join(w.to_bytes(4, "little") for w in words)
+    segs = [(0, code, len(code), 5), (memmap.RAM_BASE, b"", 0x100, 6)]
+    return elf_file(build_elf(segs, symbols=symbols))
+
+
+def say(text: bytes, exit_code: int) -> list[int]:
+    words = li(1, memmap.UART_TX)
+    for ch in text:
+        words += [E("addi", rd=2, imm=ch), E("sb", rs1=1, rs2=2)]
+    return words + [E("addi", rd=10, imm=exit_code), E("addi", rd=17, imm=93), E("ecall")]
+
+
+def test_output_and_exit_status(build_elf, elf_file, capfd):
+    path = program(say(b"hi\n", 7), build_elf, elf_file)
+    assert main(["run", str(path)]) == 7
+    out, err = capfd.readouterr()
+    assert (out, err) == ("hi\n", "")
+
+
+def test_negative_exit_code_is_mod_256(build_elf, elf_file, capfd):
+    path = program(say(b"", -1), build_elf, elf_file)
+    assert main(["run", str(path)]) == 255
+
+
+def test_fault_exit_3_message_on_stderr(build_elf, elf_file, capfd):
+    path = program(say(b"ok", 0)[:6] + [E("ebreak")], build_elf, elf_file)
+    assert main(["run", str(path)]) == 3
+    out, err = capfd.readouterr()
+    assert out == "ok"
+    assert err == ("deltachip run: machine fault at pc 0x00000018, instruction 0x00100073 "
+                   "(ebreak): ebreak (after 6 instructions)\n")
+
+
+def test_step_budget_exit_124(build_elf, elf_file, capfd):
+    path = program([E("jal", imm=0)], build_elf, elf_file)
+    assert main(["run", str(path), "--max-steps", "1000"]) == 124
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err == ("deltachip run: step budget exhausted: 1,000 instructions without exit "
+                   "(pc 0x00000000); raise --max-steps\n")
+
+
+def test_stats_and_trace(build_elf, elf_file, tmp_path, capfd):
+    path = program(say(b"A", 0), build_elf, elf_file)
+    stats, trace = tmp_path / "s.json", tmp_path / "t.txt"
+    assert main(["run", str(path), "--stats", str(stats), "--trace", str(trace)]) == 0
+    assert capfd.readouterr().out == "A"
+    s = json.loads(stats.read_text())
+    assert (s["engine"], s["instructions"], s["exit_code"], s["fault"], s["timed_out"]) == \
+        ("ref", 7, 0, None, False)
+    assert s["seconds"] >= 0
+    lines = trace.read_text().splitlines()
+    assert len(lines) == 7
+    assert lines[0] == "00000000 100000b7 x1=0x10000000 - 00000004"
+    assert lines[3] == "0000000c 00208023 - W1[0x10000000]=0x41 00000010"
+    assert lines[-1] == "00000018 00000073 - - 0000001c"
+
+
+def test_trace_spans_chunks(build_elf, elf_file, tmp_path, capfd, monkeypatch):
+    import deltachip.commands.run as run_mod
+    monkeypatch.setattr(run_mod, "CHUNK_STEPS", 3)
+    path = program(say(b"xy", 0), build_elf, elf_file)
+    trace = tmp_path / "t.txt"
+    assert main(["run", str(path), "--trace", str(trace)]) == 0
+    assert capfd.readouterr().out == "xy"
+    assert len(trace.read_text().splitlines()) == 9
+
+
+def test_input_text(build_elf, elf_file, capfd):
+    buf = memmap.RAM_BASE + 0x10
+    words = li(3, buf) + li(1, memmap.UART_TX) + [
+        E("lbu", rd=2, rs1=3), E("beq", rs1=2, rs2=0, imm=16), E("sb", rs1=1, rs2=2),
+        E("addi", rd=3, rs1=3, imm=1), E("jal", imm=-16),
+        E("addi", rd=17, imm=93), E("ecall")]
+    syms = {"__input_buffer": (buf, 0, 2), "__input_size": (64, 0, 0xFFF1)}
+    path = program(words, build_elf, elf_file, symbols=syms)
+    assert main(["run", str(path), "--input", "2**100"]) == 0
+    assert capfd.readouterr().out == "2**100"
+    assert main(["run", str(path), "--input", "x" * 64]) == 2
+    assert capfd.readouterr().err == ("--input text is 64 bytes; the program's input buffer "
+                                      "holds 64 bytes including the terminating NUL\n")
+
+
+def test_input_without_buffer(build_elf, elf_file, capfd):
+    path = program(say(b"", 0), build_elf, elf_file)
+    assert main(["run", str(path), "--input", "1"]) == 2
+    assert capfd.readouterr().err == (f"{path}: --input given but the program has no input "
+                                      "buffer (no symbol __input_buffer in the ELF)\n")
+
+
+def test_bad_program_file(tmp_path, capfd):
+    bad = tmp_path / "x.elf"
+    bad.write_text("not an elf")
+    assert main(["run", str(bad)]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err == f"{bad}: not an ELF file (bad magic bytes)\n"
+
+
+def test_engine_registry_and_help(capsys):
+    assert "ref" in ENGINES
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--engine {ref}" in text and "golden RV32IM+Zba ISA emulator" in text
+    with pytest.raises(SystemExit) as e:
+        main(["run", "x.elf", "--engine", "nope"])
+    assert e.value.code == 2
+
+
+def test_firmware_hello_via_subprocess(firmware_elf):
+    """The real CLI process on a compiled program: nothing but the program's text on stdout."""
+    path = firmware_elf("hello")
+    p = subprocess.run([sys.executable, "-m", "deltachip", "run", str(path)],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(b"Hello from deltachip!\n") and p.stderr == b""
