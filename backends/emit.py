@@ -157,10 +157,7 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
     L = prog.n_layers
     K, KQ, VS, Z, BV = (2.0 ** x for x in (num.k, num.kq, num.vs, num.z, num.b_v))
     inter = t.mlp_width or max([1] + [prog.neurons_in(i) for i in range(L)])
-    need_k = [0] * L
-    for p in prog.mems.values():
-        need_k[p.layer] = max(need_k[p.layer], p.first_khead + p.kheads)
-    nk = t.k_heads or max([1] + need_k)
+    nk = t.k_heads or max([1] + [kh + 1 for p in prog.mems.values() for _, kh in p.banks])
     g = t.v_per_k
     nv, dk, dv = nk * g, t.d_k, t.d_v
     kd, vd = nk * dk, nv * dv
@@ -195,14 +192,16 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
         conv[:kd, 0, kern - 1] = 1.0                 # queries: current token
         conv[kd:, 0, kern - 2] = 1.0                 # keys, values: previous token
         for p in prog.mems.values():
-            if p.layer != li:
+            if not any(bl == li for bl, _ in p.banks):
                 continue
             ports = p.reads if p.reads else [None]
             wr = p.writes[0] if p.writes else None
             for pi, port in enumerate(ports):
                 for rb in range(p.rowblocks):
                     for sl in range(p.slices):
-                        kh = p.khead(pi, rb, sl)
+                        bl, kh = p.bank(pi, rb, sl)
+                        if bl != li:
+                            continue
                         for i in range(p.rows):
                             a = rb * p.rows + i
                             if a >= p.depth:
@@ -286,20 +285,23 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
     return num, sd, info, {}
 
 
-def rom_state(prog: Program, num: Numerics, name: str, words: list[int]) -> dict[int, torch.Tensor]:
-    """Recurrent-state rows holding ``words`` for memory ``name``: {value head: [rows, d_v]}."""
+def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
+              ) -> dict[tuple[int, int], torch.Tensor]:
+    """Recurrent-state rows holding ``words`` for memory ``name``:
+    {(layer, value head): [d_k, d_v] fp32}."""
     p = prog.mems[name]
     t = prog.target
     dv, g = t.d_v, t.v_per_k
-    out: dict[int, torch.Tensor] = {}
+    out: dict[tuple[int, int], torch.Tensor] = {}
     VS, BV = 2.0 ** num.vs, 2.0 ** num.b_v
-    wt = torch.tensor([int(w) for w in words] + [0] * max(0, p.depth - len(words)), dtype=torch.int64)
-    for pi in range(max(1, len(p.reads))):
+    wt = torch.tensor([int(w) for w in words[:p.depth]] + [0] * max(0, p.depth - len(words)),
+                      dtype=torch.int64)
+    for pi in range(p.ports):
         for rb in range(p.rowblocks):
             lo, hi = rb * p.rows, min(p.depth, (rb + 1) * p.rows)
             ws = wt[lo:hi]
             for sl in range(p.slices):
-                kh = p.khead(pi, rb, sl)
+                layer, kh = p.bank(pi, rb, sl)
                 for v in range(g):
                     st = torch.zeros(t.d_k, dv, dtype=torch.float32)
                     st[:hi - lo, :num.n_bv] = BV
@@ -308,7 +310,7 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]) -> dict
                         if b >= p.width:
                             break
                         st[:hi - lo, num.n_bv + j] = ((ws >> b) & 1).float() * VS
-                    out[kh * g + v] = st
+                    out[(layer, kh * g + v)] = st
     return out
 
 
@@ -351,8 +353,8 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         pre = f"model.layers.{li}."
         layers.append({
             "neurons": prog.neurons_in(li),
-            "key_heads": sum(p.kheads for p in prog.mems.values() if p.layer == li),
-            "memories": [p.name for p in prog.mems.values() if p.layer == li],
+            "key_heads": prog.kheads_in(li),
+            "memories": [p.name for p in prog.mems.values() if any(L == li for L, _ in p.banks)],
             "nonzero_weights": sum(v for k, v in nonzero.items() if k.startswith(pre))})
     return {
         "format": FORMAT,
@@ -362,9 +364,9 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "tokens": {"vocab": info["vocab"], "kinds": info["kinds"]},
         "layers": layers,
         "memories": {p.name: {"kind": p.kind, "width": p.width, "depth": p.depth,
-                              "layer": p.layer, "rows_per_bank": p.rows,
+                              "layer": p.layer, "last_layer": p.last, "rows_per_bank": p.rows,
                               "rowblocks": p.rowblocks, "slices": p.slices,
-                              "first_key_head": p.first_khead, "key_heads": p.kheads,
+                              "banks": [list(b) for b in p.banks], "key_heads": p.kheads,
                               "read_ports": len(p.reads), "write_ports": len(p.writes)}
                      for p in prog.mems.values()},
         "lanes": {"count": len(prog.lanes), "ballast": num.n_b,

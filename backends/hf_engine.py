@@ -94,8 +94,8 @@ class HFEngine:
         out: dict[int, dict[int, torch.Tensor]] = {}
         for name, words in self.roms.items():
             if name in self.chip["memories"] and any(words):
-                layer = self.chip["memories"][name]["layer"]
-                out.setdefault(layer, {}).update(rom_state(prog, _NumView(self.num), name, words))
+                for (layer, vh), st in rom_state(prog, _NumView(self.num), name, words).items():
+                    out.setdefault(layer, {})[vh] = st
         return out
 
     def new_cache(self, batch: int = 1) -> DynamicCache:
@@ -143,14 +143,14 @@ class HFEngine:
         cols = g * (dv - nbv)
         res: dict[str, list[int | None]] = {}
         for name, m in self.chip["memories"].items():
-            state = cache.layers[m["layer"]].recurrent_states[0][row]
             words = torch.zeros(m["depth"], dtype=torch.int64)
             bad = torch.zeros(m["depth"], dtype=torch.bool)
             R = m["rows_per_bank"]
             for rb in range(m["rowblocks"]):
                 lo, hi = rb * R, min(m["depth"], (rb + 1) * R)
                 for sl in range(m["slices"]):
-                    kh = m["first_key_head"] + rb * m["slices"] + sl
+                    layer, kh = m["banks"][rb * m["slices"] + sl]
+                    state = cache.layers[layer].recurrent_states[0][row]
                     for v in range(g):
                         cells = state[kh * g + v, :hi - lo, nbv:].double() / vs
                         b0 = sl * cols + v * (dv - nbv)
@@ -179,11 +179,12 @@ class _ProgView:
 class _MemView:
     def __init__(self, m: dict[str, Any]):
         self.width, self.depth, self.rows = m["width"], m["depth"], m["rows_per_bank"]
-        self.rowblocks, self.slices, self.first_khead = m["rowblocks"], m["slices"], m["first_key_head"]
-        self.reads = [None] * m["read_ports"]
+        self.rowblocks, self.slices = m["rowblocks"], m["slices"]
+        self.banks = [tuple(b) for b in m["banks"]]
+        self.ports = max(1, m["read_ports"])
 
-    def khead(self, port: int, rowblock: int, sl: int) -> int:
-        return self.first_khead + (port * self.rowblocks + rowblock) * self.slices + sl
+    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
+        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
 
 
 class _NumView:

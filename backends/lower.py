@@ -117,27 +117,35 @@ class WritePort:
 
 @dataclass
 class MemPlan:
-    """Where a memory lives: ``layer``; per read port, ``banks`` of (rowblock, slice) key
-    heads; the key-head index of bank (port, rowblock, slice) is ``first_khead +
-    (port * rowblocks + rowblock) * slices + slice`` within the layer."""
+    """Where a memory lives. Bank (port, rowblock, slice) is one key head (with its GQA
+    value heads) holding rows ``rowblock*rows ..`` and word bits ``slice*cols ..``; every
+    bank gets every write, read port p queries its own banks. ``banks[i]`` = (layer, key
+    head) of bank i = (port * rowblocks + rowblock) * slices + slice. Banks may spread over
+    layers ``layer .. last``: reads complete after ``last``; writes need their inputs before
+    ``layer``."""
     name: str
     kind: str
     width: int
     depth: int
     layer: int
+    last: int
     rows: int            # rows per bank
     rowblocks: int
     slices: int
-    first_khead: int
+    banks: list[tuple[int, int]] = field(default_factory=list)
     reads: list[ReadPort] = field(default_factory=list)
     writes: list[WritePort] = field(default_factory=list)
 
     @property
-    def kheads(self) -> int:
-        return max(1, len(self.reads)) * self.rowblocks * self.slices
+    def ports(self) -> int:
+        return max(1, len(self.reads))
 
-    def khead(self, port: int, rowblock: int, sl: int) -> int:
-        return self.first_khead + (port * self.rowblocks + rowblock) * self.slices + sl
+    @property
+    def kheads(self) -> int:
+        return self.ports * self.rowblocks * self.slices
+
+    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
+        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
 
 
 @dataclass
@@ -155,6 +163,9 @@ class Program:
     n_layers: int
     node_slot: dict[int, int]               # IR node -> slot where its value is complete
 
+    def kheads_in(self, layer: int) -> int:
+        return sum(1 for p in self.mems.values() for L, _ in p.banks if L == layer)
+
     def neurons_in(self, layer: int) -> int:
         return len(self.mlp.get(layer, []))
 
@@ -166,10 +177,12 @@ class _Bump(Exception):
 class Lowerer:
     """Lowers one circuit with fixed memory layers; records needed layer bumps."""
 
-    def __init__(self, circuit: Circuit, target: Target, mem_layer: dict[str, int]):
+    def __init__(self, circuit: Circuit, target: Target, mem_layer: dict[str, int],
+                 mem_last: dict[str, int] | None = None):
         self.c = circuit
         self.target = target
         self.mem_layer = mem_layer
+        self.mem_last = {m: max(mem_layer[m], (mem_last or {}).get(m, 0)) for m in mem_layer}
         self.lanes: list[Lane] = []
         self.mlp: dict[int, list[Neuron]] = {}
         self.bits: dict[int, list[Form]] = {}
@@ -462,7 +475,8 @@ class Lowerer:
             t = self.target
             rows = t.rows_per_bank
             self.mems[name] = MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
-                                      rows, -(-m.depth // rows), -(-m.width // t.cols_per_bank), 0)
+                                      self.mem_last[name], rows, -(-m.depth // rows),
+                                      -(-m.width // t.cols_per_bank))
         return self.mems[name]
 
     def need(self, name: str, forms: Iterable[Form]) -> None:
@@ -474,7 +488,7 @@ class Lowerer:
     def mem_read(self, n: Node, addr: list[Form]) -> list[Form]:
         p = self.plan(n.param)
         self.need(n.param, addr)
-        slot = 2 * p.layer
+        slot = 2 * p.last
         lanes = [self.new_lane(slot, 0, 1, f"{n.param}[].{i}") for i in range(n.width)]
         p.reads.append(ReadPort(n.id, list(addr), lanes))
         return [Form(0, {ln: 1}, 0, 1) for ln in lanes]
@@ -513,13 +527,8 @@ class Lowerer:
             out_fields.append(self.out_args[i:i + len(k.fields)])
             i += len(k.fields)
         last = max([self.slot_of(f for fs in self.out_args for f in fs)] +
-                   [2 * p.layer for p in self.mems.values()] +
+                   [2 * p.last for p in self.mems.values()] +
                    [2 * L + 1 for L, ns in self.mlp.items() if ns] + [0])
         n_layers = last // 2 + 1
-        # key heads per layer, in memory declaration order
-        used: dict[int, int] = {}
-        for p in self.mems.values():
-            p.first_khead = used.get(p.layer, 0)
-            used[p.layer] = p.first_khead + p.kheads
         return Program(c, self.target, self.lanes, self.mlp, self.mems, self.kind_lane_ids,
                        self.field_lane_ids, out_kind, out_fields, n_layers, node_slot)

@@ -129,8 +129,9 @@ def schedule(c: Circuit, target: Target) -> Program:
         for p in mg.predecessors(m):
             layer[m] = max(layer[m], layer[p] + 1)
     budget = target.k_heads
+    last = dict(layer)
     for _ in range(64 * (len(c.memories) + 1) + 64):
-        lw = Lowerer(c, target, dict(layer))
+        lw = Lowerer(c, target, dict(layer), dict(last))
         prog = lw.run()
         changed = False
         for m, L in lw.bumps.items():
@@ -139,23 +140,34 @@ def schedule(c: Circuit, target: Target) -> Program:
                 changed = True
         for m in c.memories:                   # keep dependency order strict
             for p in mg.predecessors(m):
-                if layer[m] <= layer[p]:
-                    layer[m] = layer[p] + 1
+                if layer[m] <= last[p]:
+                    layer[m] = last[p] + 1
                     changed = True
-        if budget is not None and not changed:
-            per: dict[int, int] = {}
-            for p in prog.mems.values():
-                if p.kheads > budget:
-                    raise LoweringError(
-                        f"{c.memories[p.name].loc}: memory '{p.name}' needs {p.kheads} key "
-                        f"heads ({p.rowblocks} row blocks x {p.slices} slices x "
-                        f"{max(1, len(p.reads))} read ports) but a layer of target "
-                        f"{target.name} has {budget}")
-                per[p.layer] = per.get(p.layer, 0) + p.kheads
-                if per[p.layer] > budget:
-                    layer[p.name] += 1
-                    changed = True
-                    break
-        if not changed:
-            return prog
+        if changed:
+            continue
+        new_last = allocate_banks(prog, budget)
+        if new_last != {m: max(layer[m], last[m]) for m in c.memories}:
+            last = new_last
+            continue
+        n_layers = max([prog.n_layers] + [L + 1 for L in new_last.values()])
+        prog.n_layers = n_layers
+        return prog
     raise LoweringError(f"{c.loc}: internal: memory placement did not converge")
+
+
+def allocate_banks(prog: Program, budget: int | None) -> dict[str, int]:
+    """Give every bank a (layer, key head): memories in order of first layer, each from its
+    first layer on, filling layers up to ``budget`` key heads. Returns each memory's last
+    layer."""
+    used: dict[int, int] = {}
+    last = {}
+    for p in sorted(prog.mems.values(), key=lambda p: p.layer):
+        p.banks = []
+        L = p.layer
+        for _ in range(p.kheads):
+            while budget is not None and used.get(L, 0) >= budget:
+                L += 1
+            p.banks.append((L, used.get(L, 0)))
+            used[L] = used.get(L, 0) + 1
+        last[p.name] = max(p.layer, L)
+    return last

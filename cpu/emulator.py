@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from cpu import isa, memmap
-from cpu.elf import ElfError, ElfImage, read_elf, span_text
+from cpu.elf import ElfError, ElfImage, read_elf, region_of, span_text
 
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
     raise ImportError("cpu.emulator needs a little-endian host")
@@ -187,11 +187,13 @@ class Machine:
     # ------------------------------------------------------------ loading
 
     @classmethod
-    def from_elf(cls, path: str | Path, input_text: bytes | None = None) -> "Machine":
-        """Load an ELF (see :mod:`cpu.elf`); with ``input_text``, write it NUL-terminated
-        at the ELF's ``__input_buffer`` (:class:`InputError` if there is none or it does not
-        fit ``__input_size``)."""
+    def from_elf(cls, path: str | Path, input_text: bytes | str | None = None) -> "Machine":
+        """Load an ELF (see :mod:`cpu.elf`); with ``input_text`` (bytes, or str as UTF-8),
+        write it NUL-terminated at the ELF's ``__input_buffer`` (:class:`InputError` if
+        there is none or it does not fit ``__input_size``)."""
         image = read_elf(path)
+        if isinstance(input_text, str):
+            input_text = input_text.encode("utf-8")
         m = cls(image.entry)
         for seg in image.segments:
             m.write(seg.vaddr, seg.data + bytes(seg.memsz - len(seg.data)))
@@ -249,7 +251,6 @@ class Machine:
 
     @staticmethod
     def _check_span(addr: int, size: int) -> None:
-        from cpu.elf import region_of
         if size and region_of(addr, size) is None:
             raise ValueError(f"{span_text(addr, size)} is not inside one memory region")
 
@@ -265,6 +266,10 @@ class Machine:
         out_start = len(self.output)
         if self.exit_code is not None or self.fault is not None:
             return RunResult(self.exit_code, b"", 0, self.fault, [] if trace else None, False)
+        if self.pc & 3 or not 0 <= self.pc < _CODE_END:
+            self.fault = Fault(self.pc, None, FaultCause.FETCH_OUTSIDE_CODE,
+                               "the pc is not a word address in code ROM")
+            return RunResult(None, b"", 0, self.fault, [] if trace else None, False)
         if self._table is None:
             self._build_table()
         retired: list[Retire] | None = [] if trace else None
@@ -277,18 +282,14 @@ class Machine:
                          timed_out=not done)
 
     def _stop(self, exc: Exception, pc: int) -> None:
+        """Record the exit or the fault of the instruction at ``pc`` (which stays the pc)."""
+        self.pc = pc
         if isinstance(exc, _Exit):
             self.exit_code = exc.code
-            self.pc = pc
         else:
             assert isinstance(exc, _Trap)
-            slot = pc >> 2
-            insn = self._word(pc) if slot < _N_SLOTS else None
+            insn = self._views[4][pc >> 2] if pc < _CODE_END else None
             self.fault = Fault(pc, insn, exc.cause, exc.detail)
-            self.pc = pc
-
-    def _word(self, pc: int) -> int:
-        return self._views[4][pc >> 2]
 
     def _run_fast(self, max_steps: int) -> int:
         table = self._table
@@ -347,14 +348,14 @@ class Machine:
         words = self._views[4][:_N_SLOTS]
         table: list[Callable[[], int]] = [None] * (_N_SLOTS + 1)  # type: ignore[list-item]
         decoded: list[isa.Decoded | None] = [None] * _N_SLOTS
-        zero = _make_trap(isa.decode(0), 0, "")
+        zero = _make_trap(None)
         for slot, word in enumerate(words):
             if word == 0:
                 table[slot] = zero
                 continue
             d = isa.decode(word)
             decoded[slot] = d
-            table[slot] = self._compile(d, word, slot * 4)
+            table[slot] = self._compile(d, slot * 4)
 
         def fetch_fault() -> int:
             raise _Trap(FaultCause.FETCH_OUTSIDE_CODE,
@@ -362,15 +363,17 @@ class Machine:
         table[_N_SLOTS] = fetch_fault
         self._table, self._decoded = table, decoded
 
-    def _compile(self, d: isa.Decoded | None, word: int, pc: int) -> Callable[[], int]:
+    def _compile(self, d: isa.Decoded | None, pc: int) -> Callable[[], int]:
+        """The closure executing ``d`` at ``pc``: it returns the next pc or raises."""
         if d is None or not d.spec.supported:
-            return _make_trap(d, word, "")
+            return _make_trap(d)
         return _COMPILERS[d.spec.fmt](self, d, pc)
 
 
 # ---------------------------------------------------------------- instruction closures
 
-def _make_trap(d: isa.Decoded | None, word: int, _: str) -> Callable[[], int]:
+def _make_trap(d: isa.Decoded | None) -> Callable[[], int]:
+    """The closure for a word that does not execute: illegal, ebreak, or refused."""
     if d is None:
         cause, detail = FaultCause.ILLEGAL_INSTRUCTION, "not an RV32IM/Zba encoding"
     elif d.name == "ebreak":
@@ -582,13 +585,10 @@ def _compile_jalr(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
 
 def _compile_b(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
     regs, rs1, rs2, npc, n = m.regs, d.rs1, d.rs2, pc + 4, d.name
-    target = pc + d.imm
+    target: int | None = pc + d.imm
     trap = _target_trap(target)
-    if trap is not None:      # the branch faults only when taken
-        def bad():
-            raise trap
-        tgt_fn = bad
-        target = -1
+    if trap is not None:      # a bad target faults only when taken: f returns None then
+        target = None
     if n == "beq":
         def f():
             return target if regs[rs1] == regs[rs2] else npc
@@ -611,8 +611,10 @@ def _compile_b(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
         return f
 
     def checked():
-        r = f()
-        return tgt_fn() if r == -1 else r
+        next_pc = f()
+        if next_pc is None:
+            raise trap
+        return next_pc
     return checked
 
 

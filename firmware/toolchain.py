@@ -157,3 +157,15 @@ def shipped_programs() -> dict[str, list[Path]]:
     programs = {p.stem: [p] for p in sorted(PROGRAMS_DIR.glob("*.c"))}
     programs["calc"] = sorted(p for p in CALC_DIR.iterdir() if p.suffix in SOURCE_SUFFIXES)
     return programs
+
+
+def describe(source: Path) -> str:
+    """The first sentence of a source file's leading ``/* ... */`` comment ('' if none)."""
+    text = Path(source).read_text(errors="replace").lstrip()
+    if not text.startswith("/*"):
+        return ""
+    comment = text[2:text.find("*/")] if "*/" in text else text[2:]
+    words = " ".join(line.strip().lstrip("*").strip() for line in comment.splitlines()).strip()
+    end = words.find(". ")
+    return words if end < 0 else words[:end + 1]
+

@@ -44,7 +44,8 @@ def _source_lines(loc: Loc, sources: Mapping[str, str]) -> list[str]:
 
 def render_one(diag: Diagnostic, sources: Mapping[str, str]) -> str:
     """The text of one diagnostic (no trailing newline)."""
-    out = [f"{diag.loc}: {diag.severity}: {diag.message}"]
+    where = str(diag.loc) if diag.loc.line > 0 else diag.loc.file   # whole-file messages
+    out = [f"{where}: {diag.severity}: {diag.message}"]
     out += _source_lines(diag.loc, sources)
     out += [f"{nloc}: note: {text}" for nloc, text in diag.notes]
     return "\n".join(out)

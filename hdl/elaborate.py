@@ -38,10 +38,10 @@ def _own(root: FileCtx, kind: type) -> list:
 
 def _finish(el: Elaborator, diags: Collector, loader: Loader, circuit: Circuit | None) -> Circuit:
     for hops in el.b.cycles():
-        names = [el.b.alias_names[h] for h in hops if h in el.b.alias_names]
-        if not names:
+        if not hops:
             continue
-        locs = [el.b.locs[h] for h in hops]
+        names = [name for _pid, name in hops]
+        locs = [el.b.locs[pid] for pid, _name in hops]
         path = " -> ".join(names + [names[0]])
         diags.error(locs[0], f"combinational loop: {path}",
                     [(loc, f"signal {n}") for loc, n in zip(locs, names)])
@@ -131,7 +131,7 @@ def elaborate_module(path: Path | None, name: str, params: dict[str, int] | None
             diags.error(sym.decl.loc, f"module '{name}' has no parameter '{p}'{suggest(p, known)}")
     diags.raise_if_errors(loader.sources)
     circuit = Circuit(name, sym.decl.loc)
-    outs = el.module_body(sym, params, None, "", top=True)
+    outs = el.module_body(sym, params, None, "")
     if outs is not None:
         for port in sym.decl.ports:
             if port.direction == "out" and port.name in outs:

@@ -82,5 +82,6 @@ def list_command(args: argparse.Namespace) -> int:
     for name, sources in toolchain.shipped_programs().items():
         shown = " ".join(str(s.relative_to(root)) if s.is_relative_to(root) else str(s)
                          for s in sources)
-        print(f"{name:<10} {shown}")
+        main = next((s for s in sources if s.stem == name), sources[0])
+        print(f"{name:<10} {toolchain.describe(main)}\n{'':<10} {shown}")
     return 0

@@ -40,7 +40,8 @@ void big_fail(int code, const char *message) {
 
 /* ---- fractions ------------------------------------------------------------------ */
 
-static big_t t1, t2, t3;
+/* Scratch numbers for the fraction operations (none of them nests another). */
+static big_t t1, t2, t3, t4, t5;
 
 static void frac_set_int(frac_t *r, const big_t *n) {
     big_copy(&r->num, n);
@@ -49,21 +50,31 @@ static void frac_set_int(frac_t *r, const big_t *n) {
 
 static int frac_is_int(const frac_t *a) { return big_is_unit(&a->den); }
 
-/* r = n / d in lowest terms, with d != 0 of either sign (n, d may be t1..t3). */
-static void frac_make(frac_t *r, big_t *n, big_t *d) {
-    if (d->neg) { big_neg(n, n); big_neg(d, d); }
-    if (!big_is_unit(d)) {
-        big_t *g = (n != &t3 && d != &t3) ? &t3 : (n != &t2 && d != &t2) ? &t2 : &t1;
-        big_gcd(g, n, d);
-        if (!big_is_unit(g)) {
-            big_divmod(n, 0, n, g);
-            big_divmod(d, 0, d, g);
-        }
-    }
+/* r = n / d, already in lowest terms with d > 0. */
+static void frac_set(frac_t *r, const big_t *n, const big_t *d) {
     big_copy(&r->num, n);
     big_copy(&r->den, d);
 }
 
+/* Divides x and y by gcd(x, y) (x, y are scratch numbers other than t5). */
+static void cancel(big_t *x, big_t *y) {
+    big_gcd(&t5, x, y);
+    if (!big_is_unit(&t5) && !big_is_zero(&t5)) {
+        big_divmod(x, 0, x, &t5);
+        big_divmod(y, 0, y, &t5);
+    }
+}
+
+/* r = n / d in lowest terms, with d != 0 of either sign (n, d are t1 and t2). */
+static void frac_make(frac_t *r, big_t *n, big_t *d) {
+    if (d->neg) { big_neg(n, n); big_neg(d, d); }
+    if (!big_is_unit(d)) cancel(n, d);
+    frac_set(r, n, d);
+}
+
+/* The operations follow CPython's fractions module, which keeps intermediates small:
+ * a gcd of the denominators (addition) or cross-cancelling (multiplication, division)
+ * instead of one gcd of the full products. */
 static void frac_add(frac_t *r, const frac_t *a, const frac_t *b, int subtract) {
     if (frac_is_int(a) && frac_is_int(b)) {
         if (subtract) big_sub(&r->num, &a->num, &b->num);
@@ -71,18 +82,44 @@ static void frac_add(frac_t *r, const frac_t *a, const frac_t *b, int subtract) 
         big_set_u32(&r->den, 1);
         return;
     }
-    big_mul(&t1, &a->num, &b->den);
-    big_mul(&t2, &b->num, &a->den);
-    if (subtract) big_sub(&t1, &t1, &t2);
+    big_gcd(&t3, &a->den, &b->den);                 /* g = gcd(da, db) */
+    if (big_is_unit(&t3)) {
+        /* (na*db ± nb*da) / (da*db) is already in lowest terms. */
+        big_mul(&t1, &a->num, &b->den);
+        big_mul(&t2, &b->num, &a->den);
+        if (subtract) big_sub(&t1, &t1, &t2);
+        else big_add(&t1, &t1, &t2);
+        big_mul(&t2, &a->den, &b->den);
+        frac_set(r, &t1, &t2);
+        return;
+    }
+    big_divmod(&t4, 0, &a->den, &t3);               /* s = da / g */
+    big_divmod(&t5, 0, &b->den, &t3);               /* db / g */
+    big_mul(&t1, &a->num, &t5);
+    big_mul(&t2, &b->num, &t4);
+    if (subtract) big_sub(&t1, &t1, &t2);           /* t = na*(db/g) ± nb*s */
     else big_add(&t1, &t1, &t2);
-    big_mul(&t2, &a->den, &b->den);
-    frac_make(r, &t1, &t2);
+    big_gcd(&t2, &t1, &t3);                         /* g2 = gcd(t, g) */
+    if (big_is_unit(&t2)) {
+        big_mul(&t4, &t4, &b->den);                 /* t / (s*db) */
+    } else {
+        big_divmod(&t1, 0, &t1, &t2);
+        big_divmod(&t5, 0, &b->den, &t2);
+        big_mul(&t4, &t4, &t5);                     /* (t/g2) / (s*(db/g2)) */
+    }
+    frac_set(r, &t1, &t4);
 }
 
 static void frac_mul(frac_t *r, const frac_t *a, const frac_t *b) {
-    big_mul(&t1, &a->num, &b->num);
-    big_mul(&t2, &a->den, &b->den);
-    frac_make(r, &t1, &t2);
+    big_copy(&t1, &a->num);
+    big_copy(&t2, &b->den);
+    if (!big_is_unit(&t2)) cancel(&t1, &t2);        /* na, db by gcd(na, db) */
+    big_copy(&t3, &b->num);
+    big_copy(&t4, &a->den);
+    if (!big_is_unit(&t4)) cancel(&t3, &t4);        /* nb, da by gcd(nb, da) */
+    big_mul(&t1, &t1, &t3);
+    big_mul(&t2, &t2, &t4);
+    frac_set(r, &t1, &t2);
 }
 
 static void require_nonzero(const frac_t *b) {
@@ -91,9 +128,16 @@ static void require_nonzero(const frac_t *b) {
 
 static void frac_div(frac_t *r, const frac_t *a, const frac_t *b) {
     require_nonzero(b);
-    big_mul(&t1, &a->num, &b->den);
-    big_mul(&t2, &a->den, &b->num);
-    frac_make(r, &t1, &t2);
+    big_copy(&t1, &a->num);
+    big_copy(&t3, &b->num);
+    cancel(&t1, &t3);                               /* na, nb by gcd(na, nb) */
+    big_copy(&t2, &b->den);
+    big_copy(&t4, &a->den);
+    if (!big_is_unit(&t2) && !big_is_unit(&t4)) cancel(&t2, &t4);   /* db, da */
+    big_mul(&t1, &t1, &t2);                         /* (na*db) / (nb*da), sign to the top */
+    big_mul(&t2, &t3, &t4);
+    if (t2.neg) { big_neg(&t1, &t1); big_neg(&t2, &t2); }
+    frac_set(r, &t1, &t2);
 }
 
 /* Python's Fraction: a // b = (na*db) // (da*nb); a % b = ((na*db) % (nb*da)) / (da*db). */

@@ -1,4 +1,4 @@
-/* Prints the Fibonacci numbers F(0) .. F(41) = 165580141, one per line
+/* Prints the Fibonacci numbers F(0) to F(41) = 165580141, one per line
  * (F(40) = 102334155). */
 #include "deltachip.h"
 

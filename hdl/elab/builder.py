@@ -151,24 +151,34 @@ class Builder:
         g.add_edges_from((a, n) for n in range(len(self.ops)) for a in self.args[n])
         return g
 
-    def cycles(self) -> list[list[int]]:
-        """Each combinational loop as a list of alias ids (wires) in the order the values
-        flow, starting from the lowest-numbered wire; one loop per strongly connected part."""
+    def signal_names(self) -> dict[int, str]:
+        """proto id -> the signal name it carries (a wire's own name, else the first name
+        given to that node)."""
+        out: dict[int, str] = {}
+        for name, pid in self.names.items():
+            out.setdefault(pid, name)
+        out.update(self.alias_names)
+        return out
+
+    def cycles(self) -> list[list[tuple[int, str]]]:
+        """Each combinational loop as its named signals (proto id, name) in the order the
+        values flow, from the lowest-numbered one; one loop per strongly connected part."""
         if self._topo(range(len(self.ops))) is not None:
             return []
         g = self.graph()
+        named = self.signal_names()
         loops = []
         for comp in nx.strongly_connected_components(g):
-            if len(comp) == 1 and not g.has_edge(next(iter(comp)), next(iter(comp))):
+            first = next(iter(comp))
+            if len(comp) == 1 and not g.has_edge(first, first):
                 continue
-            sub = g.subgraph(comp)
             start = min((n for n in comp if n in self.alias_names), default=min(comp))
-            cycle = nx.find_cycle(sub, source=start)
-            hops = [u for u, _v in cycle if u in self.alias_names]
+            cycle = nx.find_cycle(g.subgraph(comp), source=start)
+            hops = [(u, named[u]) for u, _v in cycle if u in named]
             if hops:
                 k = hops.index(min(hops))
                 hops = hops[k:] + hops[:k]
-            loops.append(hops or [start])
+            loops.append(hops)
         loops.sort()
         return loops
 

@@ -154,7 +154,7 @@ class Elaborator(ExprMixin, StmtMixin):
         return out if ok else None
 
     def module_body(self, m: ModuleSym, pvals: dict[str, int], given: dict[str, tuple[Val, Loc]] | None,
-                    prefix: str, top: bool = False) -> dict[str, Sig] | None:
+                    prefix: str) -> dict[str, Sig] | None:
         """Run a module's body. ``given`` maps input names to values (None: the module is the
         top, and its inputs become INPUT nodes). Returns the outputs."""
         decl = m.decl
@@ -176,8 +176,8 @@ class Elaborator(ExprMixin, StmtMixin):
                         return None
                     v = dv
                 else:
-                    self.err(p.loc if top else p.loc,
-                             f"parameter '{p.name}' of module '{decl.name}' has no value and no default")
+                    self.err(p.loc, f"parameter '{p.name}' of module '{decl.name}' has no value "
+                                    f"and no default")
                     return None
                 scope.syms[p.name] = ConstSym(v, p.loc)
             outputs: list[WireSym] = []

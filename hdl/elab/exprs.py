@@ -7,6 +7,7 @@ and enum checks done, constants folded; module calls go through ``instantiate``.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hdl import ast
@@ -64,7 +65,10 @@ class ExprMixin(ElabBase):
             return sym.type
         cands = [n for n in scope.names() if isinstance(scope.lookup(n), EnumSym)]
         cands += ["u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "bool"]
-        self.err(t.loc, f"unknown type '{name}'{suggest(name, cands)}")
+        m = re.fullmatch(r"(u?)int(\d+)(_t)?", name)
+        hint = (f"; did you mean '{'u' if m.group(1) else 's'}{m.group(2)}'?" if m
+                else suggest(name, cands))
+        self.err(t.loc, f"unknown type '{name}'{hint}")
         return None
 
     def to_type(self, v: Val, t: Type, loc: Loc, what: str) -> Sig | None:

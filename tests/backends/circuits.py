@@ -100,7 +100,8 @@ def rom_circuit(depth: int = 40, width: int = 12) -> Circuit:
     reads a second port at i+1 so two read ports share one image."""
     aw = max(1, (depth - 1).bit_length())
     c = Circuit("Rom", L)
-    c.kinds = [TokenKind("Walk", (Field("i", aw), Field("v", width)), L)]
+    vw = min(width, 8)
+    c.kinds = [TokenKind("Walk", (Field("i", aw), Field("v", vw)), L)]
     img = tuple((i * 2654435761 >> 7) % (1 << width) for i in range(depth))
     c.memories["table"] = Memory("table", "rom", width, depth, loc(2), init=img)
     c.start = Token(0, (1, 0))
@@ -109,7 +110,14 @@ def rom_circuit(depth: int = 40, width: int = 12) -> Circuit:
     i1 = c.add(Op.ADD, aw, (i, c.add(Op.CONST, aw, param=1)))
     r1 = c.add(Op.MEM_READ, width, (i1,), param="table")
     nxt = c.add(Op.SLICE, aw, (r0,), param=0)
-    v = c.add(Op.XOR, width, (r0, r1))
+    x = c.add(Op.XOR, width, (r0, r1))
+    chunks = [c.add(Op.SLICE, min(vw, width - lo), (x,), param=lo) for lo in range(0, width, vw)]
+    v = chunks[0]
+    for ch in chunks[1:]:       # fold every bit of the words into the 8-bit field
+        w = c.nodes[ch].width
+        if w < vw:
+            ch = c.add(Op.CONCAT, vw, (c.add(Op.CONST, vw - w, param=0), ch))
+        v = c.add(Op.XOR, vw, (v, ch))
     c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), nxt, v))
     c.check()
     return c

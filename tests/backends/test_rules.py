@@ -82,19 +82,23 @@ def test_target_errors(tmp_path):
         get_target(str(bad))
 
 
-def test_config_target_two_hot_gqa(tmp_path):
+@pytest.mark.parametrize("dk,width", [(128, 12), (16, 40)])
+def test_config_target_two_hot_gqa(tmp_path, dk, width):
     """d_k = d_v = 128 (two-hot queries, 2 ballast value columns), 2 value heads per key
     head, fixed budgets: a RAM and a ROM circuit stay exact in bf16 decode + prefill."""
     cfg = {"text_config": {"hidden_size": 256, "intermediate_size": 96,
                            "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                           "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                           "linear_key_head_dim": dk, "linear_value_head_dim": dk,
                            "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6}}
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     t = get_target(str(p))
-    assert t.two_hot and t.rows_per_bank == 127 and t.value_ballast == 2 and t.v_per_k == 2
+    if dk == 128:
+        assert t.two_hot and t.rows_per_bank == 127 and t.value_ballast == 2 and t.v_per_k == 2
+    else:
+        assert not t.two_hot and t.cols_per_bank == 30     # 40-bit words span 2 slices
     for build, starts in ((circuits.ram_circuit, [Token(0, (3, 7)), Token(0, (1, 200))]),
-                          (lambda: circuits.rom_circuit(200, 300), [Token(0, (1, 0)), Token(0, (150, 0))])):
+                          (lambda: circuits.rom_circuit(200, width), [Token(0, (1, 0)), Token(0, (150, 0))])):
         c = build()
         comp = compile_to_dir(c, tmp_path / c.name, target=str(p), dtype="bf16")
         assert comp.config["intermediate_size"] == 96

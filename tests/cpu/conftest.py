@@ -306,7 +306,6 @@ def firmware_elf(tmp_path_factory):
     return build
 
 
-
 def pytest_terminal_summary(terminalreporter):
     if COMPARED["instructions"]:
         terminalreporter.write_line(

@@ -367,3 +367,26 @@ def test_firmware_programs(firmware_elf, name, output):
     assert output in fast.output
     traced = Machine.from_elf(firmware_elf(name)).run(5_000_000, trace=True)
     assert (traced.output, traced.instructions) == (fast.output, fast.instructions)
+
+
+def test_speed_benchmark_runs_and_is_not_grossly_slow():
+    """benchmarks/isa_speed.py works; a very low floor (the target is >= 1 M/s, measured
+    ~10 M/s) that only catches gross regressions even on a loaded machine."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "isa_speed.py"
+    p = subprocess.run([sys.executable, str(script), "--steps", "1000000", "--repeat", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rate = float(p.stdout.split("median ")[1].split(" ")[0].replace(",", ""))
+    assert rate > 300_000, p.stdout
+
+
+@pytest.mark.parametrize("pc", [2, memmap.CODE_END, memmap.RAM_BASE])
+def test_start_pc_outside_code_rom_faults(pc):
+    m = Machine(entry=pc)
+    r = m.run(5)
+    assert r.fault is not None and r.fault.cause is FaultCause.FETCH_OUTSIDE_CODE
+    assert str(r.fault) == (f"machine fault at pc 0x{pc:08x}: instruction fetch outside code "
+                            "ROM: the pc is not a word address in code ROM")

@@ -131,14 +131,28 @@ def compare(words: list[int], regs: list[int], ram: bytes, steps: int, unicorn_r
     compared["streams"] += 1
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), n_ops=st.integers(1, 60), seed=st.integers(0, 2**32 - 1))
-def test_random_streams_match_unicorn(data, n_ops, seed, unicorn_run, compared):
+def random_stream(data, n_ops: int, seed: int, unicorn_run, compared) -> None:
     ops = [data.draw(operation(n_ops)) for _ in range(n_ops)]
     regs = [0] + [data.draw(reg_value) for _ in range(1, 32)]
     regs[BASE_REG] = BASE_VALUE
     ram = random.Random(seed).randbytes(RAM_WINDOW)
     compare(layout(ops), regs, ram, 300, unicorn_run, compared)
+
+
+STREAM_ARGS = dict(data=st.data(), n_ops=st.integers(1, 60), seed=st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**STREAM_ARGS)
+def test_random_streams_match_unicorn(data, n_ops, seed, unicorn_run, compared):
+    random_stream(data, n_ops, seed, unicorn_run, compared)
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**STREAM_ARGS)
+def test_many_random_streams_match_unicorn(data, n_ops, seed, unicorn_run, compared):
+    random_stream(data, n_ops, seed, unicorn_run, compared)
 
 
 def li(rd: int, value: int) -> list[int]:

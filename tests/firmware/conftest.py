@@ -2,14 +2,12 @@
 
 ``firmware_elf(name, compiler="zig", opt="-O2")`` builds a shipped program (see
 :func:`firmware.toolchain.shipped_programs`) or an ISA test (``isa:<stem>``) once per session.
-``run_on(engine, elf, input_text=None)`` runs an ELF on ``"unicorn"`` (tests/firmware/
-unicorn_runner.py) or ``"emulator"`` (the golden ISA emulator, :mod:`cpu.emulator`) and
-returns an :class:`Outcome`.
+``engine`` parametrises a test over unicorn and the golden emulator (helpers: fw_engines.py,
+a module with a unique name, since other test folders have a ``conftest`` of their own).
 """
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -18,41 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from firmware import toolchain  # noqa: E402
-from unicorn_runner import run_elf  # noqa: E402
-
-ENGINES = ["unicorn", "emulator"]
-MAX_STEPS = 50_000_000
-
-
-@dataclass
-class Outcome:
-    """What an engine reports: exit code (None without exit), UART bytes, fault text
-    (None after a clean exit), and instructions retired (None on unicorn)."""
-    exit_code: int | None
-    output: bytes
-    fault: str | None
-    instructions: int | None
-
-
-def run_on(engine: str, elf: Path, input_text: str | None = None,
-           max_steps: int = MAX_STEPS) -> Outcome:
-    """Run ``elf`` on ``engine`` ("unicorn" or "emulator") with optional input text."""
-    if engine == "unicorn":
-        r = run_elf(elf, input_text, max_steps)
-        return Outcome(r.exit_code, r.output, r.fault, None)
-    from cpu.emulator import Machine
-    m = Machine.from_elf(elf, None if input_text is None else input_text.encode())
-    r = m.run(max_steps)
-    fault = str(r.fault) if r.fault else ("step budget exhausted" if r.timed_out else None)
-    return Outcome(r.exit_code, r.output, fault, r.instructions)
-
-
-def emulator_available() -> bool:
-    try:
-        import cpu.emulator  # noqa: F401
-    except ImportError:
-        return False
-    return True
+from fw_engines import ENGINES, emulator_available  # noqa: E402
 
 
 @pytest.fixture(params=ENGINES)

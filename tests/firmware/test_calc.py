@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from calc_oracle import KINDS, batches, generate, mutate, oracle
-from conftest import Outcome, run_on
+from fw_engines import Outcome, emulator_available, run_on
 from firmware import toolchain
 
 
@@ -175,7 +175,6 @@ def test_cli_run_calc(firmware_elf, capfd):
 def test_memory_stays_in_bounds(firmware_elf):
     """On the emulator's trace: calc's stack never reaches .bss, and no store touches the
     input buffer, the ROMs or anything but RAM past the input buffer and the UART."""
-    from conftest import emulator_available
     if not emulator_available():
         pytest.skip("cpu.emulator is not available")
     from cpu.emulator import Machine

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import run_on
+from fw_engines import run_on
 from deltachip.cli import main
 from firmware import toolchain
 from firmware.toolchain import ToolchainError, build
@@ -208,3 +208,23 @@ def test_gcc_compile_error(tmp_path):
     src = write(tmp_path / "bad.c", "int main(void) { return undefined_name; }\n")
     with pytest.raises(ToolchainError, match="(?s)gcc failed to build bad.elf:\n.*undefined_name"):
         build([src], tmp_path / "bad.elf", compiler="gcc")
+
+
+def test_compiler_choice(monkeypatch):
+    monkeypatch.setattr(toolchain, "zig_available", lambda: False)
+    monkeypatch.setattr(toolchain, "gcc_available", lambda: True)
+    assert toolchain.resolve_compiler("auto") == "gcc"
+    with pytest.raises(ToolchainError) as e:
+        toolchain.resolve_compiler("zig")
+    assert str(e.value) == "error: zig not found: pip install ziglang"
+    monkeypatch.setattr(toolchain, "gcc_available", lambda: False)
+    with pytest.raises(ToolchainError) as e:
+        toolchain.resolve_compiler("auto")
+    assert str(e.value) == ("error: no RISC-V compiler found: install the 'ziglang' package "
+                            "(pip install ziglang) or Debian's gcc-riscv64-unknown-elf")
+    with pytest.raises(ToolchainError) as e:
+        toolchain.resolve_compiler("gcc")
+    assert str(e.value) == ("error: riscv64-unknown-elf-gcc not found: "
+                            "apt-get install gcc-riscv64-unknown-elf")
+    monkeypatch.setattr(toolchain, "zig_available", lambda: True)
+    assert toolchain.resolve_compiler("auto") == "zig"

@@ -150,6 +150,33 @@ CASES = {
         t.hdl:2:5: note: signal p
         t.hdl:3:5: note: signal q
         """),
+    "combinational loop through an instance": ("""
+        module inc (in a: u8, out y: u8) {
+            y = a + 1;
+        }
+        module m (in x: u8, out o: u8) {
+            wire w: u8;
+            inst u = inc(a: w ^ x);
+            w = u.y;
+            o = w;
+        }
+        """, """
+        t.hdl:5:5: error: combinational loop: w -> u.a -> u.y -> w
+            wire w: u8;
+            ^
+        t.hdl:5:5: note: signal w
+        t.hdl:6:23: note: signal u.a
+        t.hdl:1:23: note: signal u.y
+        """),
+    "unknown type with a suggestion": ("""
+        module m (in a: u8, out y: uint8) {
+            y = a;
+        }
+        """, """
+        t.hdl:1:28: error: unknown type 'uint8'; did you mean 'u8'?
+        module m (in a: u8, out y: uint8) {
+                                   ^
+        """),
     "non-exhaustive match": ("""
         module m (in a: u2, out y: u8) {
             match a {
@@ -344,3 +371,15 @@ def test_render_without_source_and_with_tabs():
     d = Diagnostic(Loc("f.hdl", 1, 3), "boom", [(Loc("g.hdl", 2, 1), "here")])
     assert render([d], {}) == "f.hdl:1:3: error: boom\ng.hdl:2:1: note: here"
     assert render([d], {"f.hdl": "\tx y\n"}) == "f.hdl:1:3: error: boom\n\tx y\n\t ^\ng.hdl:2:1: note: here"
+
+
+def test_whole_file_errors_have_no_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "two.hdl").write_text("circuit A { token T halt; next = T(); }\n"
+                                      "circuit B { token T halt; next = T(); }\n")
+    with pytest.raises(CompileError) as info:
+        load_circuit("two.hdl")
+    assert str(info.value) == "two.hdl: error: two.hdl declares several circuits (A, B): choose one with --top"
+    with pytest.raises(CompileError) as info:
+        load_circuit("missing.hdl")
+    assert str(info.value) == "missing.hdl: error: cannot read source file: No such file or directory"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hdl.diagnostics import CompileError
 from hdl.frontend import list_tops, load_circuit, load_module, load_module_source, load_source
 from hdl.ir import Op, Token
 from hdl.sim import Simulator, evaluate_module, format_token
@@ -271,3 +272,39 @@ def test_list_tops_and_choosing_a_circuit(tmp_path):
     """)
     assert list_tops(p) == ["A", "B"]
     assert [k.name for k in load_circuit(p, "B").kinds] == ["U"]
+
+
+def test_names_in_loops_are_numbered_and_vars_named_by_final_value():
+    src = """
+    module m (in a: u4, out y: u4) {
+        var acc: u4 = 0;
+        for i in 0..3 { let t: u4 = a + i; acc = acc ^ t; }
+        y = acc;
+    }"""
+    c = load_module_source(src, "m")
+    assert {"t", "t#2", "t#3", "acc", "y", "a"} <= set(c.names)
+    assert c.names["acc"] == c.names["y"]
+    assert c.nodes[c.names["y"]].name in ("y", "acc")
+    assert evaluate_module(c, {"a": 5}, backend="python")["y"] == 5 ^ 6 ^ 7
+
+
+def test_load_module_parameters_and_errors():
+    src = "module m #(W: int = 4) (in a: u[W], out y: u[W]) { y = ~a; }"
+    assert load_module_source(src, "m", {"W": 12}).ports[0] == ("a", "in", 12, False)
+    with pytest.raises(CompileError, match="module 'm' has no parameter 'WW'; did you mean 'W'"):
+        load_module_source(src, "m", {"WW": 3})
+    with pytest.raises(CompileError, match="no module 'mm' in <string>; did you mean 'm'"):
+        load_module_source(src, "mm")
+
+
+def test_compile_time_if_elaborates_only_the_chosen_arm():
+    src = """
+    circuit C {
+        token T(v: u8) halt;
+        ram r: u8[4];
+        for i in 0..4 { if i == 2 { r[i] <= tok.T.v; } }
+        next = T(v: r[2]);
+    }"""
+    c = load_source(src)
+    (w,) = c.writes()
+    assert c.nodes[w.args[0]].param == 2 and c.nodes[w.args[2]].param == 1
