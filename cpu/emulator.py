@@ -183,6 +183,7 @@ class Machine:
         self.fault: Fault | None = None
         self._table: list[Callable[[], int]] | None = None
         self._decoded: list[isa.Decoded | None] = []
+        self._meta: list[tuple] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -308,39 +309,63 @@ class Machine:
         return max_steps
 
     def _run_trace(self, max_steps: int, out: list[Retire]) -> int:
-        table, decoded, regs = self._table, self._decoded, self.regs
-        views = self._views
-        widths = {"lb": 1, "lbu": 1, "sb": 1, "lh": 2, "lhu": 2, "sh": 2, "lw": 4, "sw": 4}
+        """The fast loop plus one :class:`Retire` per instruction, from per-slot metadata
+        (:meth:`_trace_meta`): the access address and store data are taken before the
+        instruction runs, rd's value and the loaded bytes after."""
+        table, regs, mem = self._table, self.regs, self.mem
+        if self._meta is None:
+            self._meta = self._trace_meta()
+        meta = self._meta
+        append = out.append
         pc = self.pc
         for n in range(max_steps):
             slot = pc >> 2
-            d = decoded[slot] if slot < _N_SLOTS else None
-            addr = width = data = None
-            is_store = False
-            if d is not None and d.name in widths:
-                width = widths[d.name]
-                addr = (regs[d.rs1] + d.imm) & M
-                if d.spec.fmt is isa.Fmt.S:
-                    is_store = True
-                    data = regs[d.rs2] & ((1 << (8 * width)) - 1)
-            try:
-                npc = table[slot]()
-            except _Exit as e:
-                out.append(Retire(pc, d.word, None, None, None, None, None, False, pc + 4))
-                self._stop(e, pc)
-                return n + 1
-            except _Trap as e:
-                self._stop(e, pc)
-                return n
-            if addr is not None and not is_store:
-                data = int.from_bytes(views[0][addr:addr + width], "little")
-            if d.writes_rd:
-                out.append(Retire(pc, d.word, d.rd, regs[d.rd], addr, data, width, is_store, npc))
+            word, rd, access = meta[slot] if slot < _N_SLOTS else (None, None, None)
+            if access is None:
+                try:
+                    npc = table[slot]()
+                except _Exit as e:
+                    append(Retire(pc, word, None, None, None, None, None, False, pc + 4))
+                    self._stop(e, pc)
+                    return n + 1
+                except _Trap as e:
+                    self._stop(e, pc)
+                    return n
+                if rd is None:
+                    append(Retire(pc, word, None, None, None, None, None, False, npc))
+                else:
+                    append(Retire(pc, word, rd, regs[rd], None, None, None, False, npc))
             else:
-                out.append(Retire(pc, d.word, None, None, addr, data, width, is_store, npc))
+                is_store, width, rs1, imm, rs2 = access
+                addr = (regs[rs1] + imm) & M
+                data = regs[rs2] & ((1 << (8 * width)) - 1) if is_store else 0
+                try:
+                    npc = table[slot]()
+                except _Trap as e:
+                    self._stop(e, pc)
+                    return n
+                if not is_store:
+                    data = int.from_bytes(mem[addr:addr + width], "little")
+                append(Retire(pc, word, rd, None if rd is None else regs[rd], addr, data, width,
+                              is_store, npc))
             pc = npc
         self.pc = pc
         return max_steps
+
+    _WIDTHS = {"lb": 1, "lbu": 1, "sb": 1, "lh": 2, "lhu": 2, "sh": 2, "lw": 4, "sw": 4}
+
+    def _trace_meta(self) -> list[tuple]:
+        """Per code slot: (word, rd written or None, None or (is_store, width, rs1, imm, rs2))."""
+        words = self._views[4]
+        meta: list[tuple] = []
+        for slot, d in enumerate(self._decoded):
+            if d is None:
+                meta.append((words[slot], None, None))
+                continue
+            width = self._WIDTHS.get(d.name)
+            access = None if width is None else (d.spec.fmt is isa.Fmt.S, width, d.rs1, d.imm, d.rs2)
+            meta.append((d.word, d.rd if d.writes_rd else None, access))
+        return meta
 
     # ------------------------------------------------------------ pre-decoding
 
@@ -361,7 +386,7 @@ class Machine:
             raise _Trap(FaultCause.FETCH_OUTSIDE_CODE,
                         f"execution ran past the end of code ROM (0x{_CODE_END:08x})")
         table[_N_SLOTS] = fetch_fault
-        self._table, self._decoded = table, decoded
+        self._table, self._decoded, self._meta = table, decoded, None
 
     def _compile(self, d: isa.Decoded | None, pc: int) -> Callable[[], int]:
         """The closure executing ``d`` at ``pc``: it returns the next pc or raises."""

@@ -61,3 +61,67 @@ def test_random_circuits_match_simulator(tmp_path, seed, dtype):
 @given(seed=st.integers(0, 10 ** 9), dtype=st.sampled_from(["bf16", "fp32"]))
 def test_random_circuits_match_simulator_many(tmp_path, seed, dtype):
     run_case(seed, dtype, tmp_path)
+
+
+def module_circuit(seed: int, max_width: int = 64):
+    """A random combinational module (up to 64-bit ops) wrapped in a one-kind circuit: the
+    8-bit token field, replicated and XORed with random constants, drives every input; every
+    output is folded (XOR of 8-bit chunks) into the next token's field."""
+    from hdl.ir import Circuit, Field, Loc, Op, Token, TokenKind
+    rng = random.Random(seed)
+    m = ir_fuzz.random_module(rng, n_nodes=rng.randint(8, 24), max_width=max_width)
+    c = Circuit("Wrapped", Loc("<fuzz>", 0, 0))
+    X = 8
+    c.kinds = [TokenKind("T", (Field("x", X),), Loc("<fuzz>", 0, 0))]
+    x = c.add(Op.TOKEN_FIELD, X, param=(0, 0))
+    remap: dict[int, int] = {}
+    outs = []
+
+    def fold(v: int) -> int:
+        w = c.nodes[v].width
+        acc = None
+        for lo in range(0, w, X):
+            ch = c.add(Op.SLICE, min(X, w - lo), (v,), param=lo)
+            if c.nodes[ch].width < X:
+                ch = c.add(Op.CONCAT, X, (c.add(Op.CONST, X - c.nodes[ch].width, param=0), ch))
+            acc = ch if acc is None else c.add(Op.XOR, X, (acc, ch))
+        return acc
+    for n in m.nodes:
+        if n.op is Op.INPUT:
+            w = n.width
+            rep = c.add(Op.CONCAT, X * (-(-w // X)), tuple([x] * (-(-w // X)))) if w > X else x
+            s = c.add(Op.SLICE, w, (rep,), param=0)
+            remap[n.id] = c.add(Op.XOR, w, (s, c.add(Op.CONST, w, param=ir_fuzz.edge_value(rng, w))))
+        elif n.op is Op.OUTPUT:
+            outs.append(fold(remap[n.args[0]]))
+        else:
+            remap[n.id] = c.add(n.op, n.width, tuple(remap[a] for a in n.args), n.param, n.loc, n.name)
+    acc = outs[0]
+    for o in outs[1:]:
+        acc = c.add(Op.XOR, X, (acc, o))
+    c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), acc))
+    c.start = Token(0, (rng.getrandbits(X),))
+    c.check()
+    return c
+
+
+def run_module_case(seed: int, dtype: str, tmp: Path) -> None:
+    c = module_circuit(seed)
+    compile_to_dir(c, tmp / f"m{seed}", dtype=dtype)
+    rep = check_dir(tmp / f"m{seed}", steps=5)
+    assert rep.ok, (seed, [str(m) for m in rep.mismatches])
+
+
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10 ** 6), dtype=st.sampled_from(["bf16", "fp32"]))
+def test_random_wide_logic_matches_simulator(tmp_path, seed, dtype):
+    run_module_case(seed, dtype, tmp_path)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10 ** 9), dtype=st.sampled_from(["bf16", "fp32"]))
+def test_random_wide_logic_matches_simulator_many(tmp_path, seed, dtype):
+    run_module_case(seed, dtype, tmp_path)

@@ -136,3 +136,17 @@ def test_firmware_hello_via_subprocess(firmware_elf):
                        capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(b"Hello from deltachip!\n") and p.stderr == b""
+
+
+def test_negative_max_steps(build_elf, elf_file, capfd):
+    path = program(say(b"", 0), build_elf, elf_file)
+    assert main(["run", str(path), "--max-steps", "-1"]) == 2
+    assert capfd.readouterr().err == "--max-steps must be >= 0, got -1\n"
+
+
+@pytest.mark.parametrize("text,want", [("2**100", "1267650600228229401496703205376\n"),
+                                       ("-7 // 2", "-4\n")])
+def test_calc_with_input(firmware_elf, capfd, text, want):
+    assert main(["run", str(firmware_elf("calc")), "--input", text]) == 0
+    out, err = capfd.readouterr()
+    assert (out, err) == (want, "")
