@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from hdl.ir import Circuit
-from backends import emit, exact
+from backends import emit, exact, lanes
 from backends.lower import Program
 from backends.schedule import schedule
 from backends.target import Target, get_target
@@ -41,17 +41,18 @@ def compile_circuit(c: Circuit, target: str | Target = "compact", dtype: str = "
     tgt = get_target(target) if isinstance(target, str) else target
     say("lowering and scheduling")
     prog = schedule(c, tgt)
+    say("allocating lanes")
+    lanes.allocate(prog)
     say("choosing numerics")
     num = emit.choose_numerics(prog)
     say("proving exactness")
     exact.prove(prog, num, dtype)
     say("emitting weights")
-    num, sd, info, _ = emit.build(prog)
-    exact.check_representable(sd, dtype)
+    num, sd, info, _ = emit.build(prog, dtype)
     images = default_roms(c)
     images.update(roms or {})
     cfg = emit.config_dict(prog, num, prog.n_layers, info["inter"], info["nk"], info["vocab"], dtype)
-    emit.complete_state_dict(cfg, sd)
+    emit.complete_state_dict(cfg, sd, emit.DTYPES[dtype])
     nz = emit.nonzero_counts(sd)
     chip = emit.chip_json(prog, num, info, dtype, nz, images)
     return Compiled(prog, num, sd, cfg, chip)

@@ -42,6 +42,7 @@ from backends.chipfile import circuit_to_json
 from backends.lower import Form, Program, lin
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+ZSEL = 256      # z gate slope: an unselected packed word gets z <= Z - 256 (silu = -0.0)
 FORMAT = "deltachip-chip/1"
 
 
@@ -63,8 +64,8 @@ class Numerics:
 
 def choose_numerics(prog: Program) -> Numerics:
     """Hidden width, ballast and scales for ``prog`` (valid for bf16 and fp32 alike)."""
-    H, n_b = prog.target.hidden_for(len(prog.lanes))
-    sumsq = sum(max(ln.lo * ln.lo, ln.hi * ln.hi) for ln in prog.lanes) + 1
+    H, n_b = prog.target.hidden_for(prog.n_dims)
+    sumsq = prog.dim_sumsq() + 1
     # fp32 needs n_b*B^2 >= 2^24 * sum s^2 (bf16 needs 2^9); keep 2 bits of margin
     e = math.ceil((26 + math.log2(sumsq) - math.log2(n_b)) / 2)
     k4 = round(math.log(H // n_b, 4))
@@ -88,16 +89,17 @@ def addr_match(addr: list[Form], a: int, extra: list[Form] = ()) -> Form | None:
 class _Mat:
     """A dense fp32 matrix filled from integer forms with power-of-two scales."""
 
-    def __init__(self, rows: int, cols: int, num: Numerics):
+    def __init__(self, rows: int, cols: int, num: Numerics, prog: Program):
         self.w = torch.zeros(rows, cols, dtype=torch.float32)
         self.num = num
+        self.dim = prog.dim
 
     def form(self, row: int, f: Form, scale: float) -> None:
         """Row ``row`` reads ``scale * f`` from the normalised residual."""
         n = self.num
         s_lane = scale * 2.0 ** n.m
         for lane, w in f.t.items():
-            self.w[row, n.n_b + lane] += w * s_lane
+            self.w[row, n.n_b + self.dim(lane)] += w * s_lane
         if f.c:
             self.w[row, 0] += f.c * scale / 2.0 ** n.cb
 
@@ -118,7 +120,8 @@ def config_dict(prog: Program, num: Numerics, layers: int, inter: int, nk: int, 
         full_attention_interval=layers + 1)
 
 
-def complete_state_dict(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> None:
+def complete_state_dict(config: dict[str, Any], sd: dict[str, torch.Tensor],
+                        dtype: torch.dtype = torch.float32) -> None:
     """Add zeros for every parameter of the model that ``sd`` lacks (the trailing
     full-attention layer, which only exists so that caches report a sequence length and
     ``generate()`` works; its output projection and MLP are zero, so it adds exactly 0)."""
@@ -132,7 +135,7 @@ def complete_state_dict(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> 
         raise AssertionError(f"tensors the model does not have: {sorted(extra)[:3]}")
     for k, v in want.items():
         if k not in sd:
-            sd[k] = torch.zeros(v.shape, dtype=torch.float32)
+            sd[k] = torch.zeros(v.shape, dtype=dtype)
         elif tuple(sd[k].shape) != tuple(v.shape):
             raise AssertionError(f"{k}: built {tuple(sd[k].shape)}, model has {tuple(v.shape)}")
 
@@ -147,9 +150,20 @@ def token_table(c: Circuit) -> list[dict[str, Any]]:
     return out
 
 
-def build(prog: Program, roms: dict[str, list[int]] | None = None
+def _finish(sd: dict[str, torch.Tensor], dtype: str) -> None:
+    """Cast every not-yet-cast tensor to ``dtype``, proving each weight representable."""
+    from backends.exact import check_representable
+    td = DTYPES[dtype]
+    for k, v in sd.items():
+        if v.dtype != td:
+            check_representable({k: v}, dtype)
+            sd[k] = v.to(td)
+
+
+def build(prog: Program, dtype: str = "fp32"
           ) -> tuple[Numerics, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """(numerics, fp32 state dict, config kwargs sans dtype, layout info for chip.json)."""
+    """(numerics, state dict in ``dtype``, sizes, {}); each layer is cast to ``dtype`` as
+    soon as it is built (with the representability check), to bound peak memory."""
     num = choose_numerics(prog)
     t = prog.target
     c = prog.circuit
@@ -173,11 +187,11 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
         ids = torch.arange(1 << k["payload_bits"])
         rows = slice(k["offset"], k["offset"] + len(ids))
         for i, ln in enumerate(prog.kind_lanes):
-            E[rows, num.n_b + ln] = float((ki >> i) & 1)
+            E[rows, num.n_b + prog.dim(ln)] = float((ki >> i) & 1)
         bit = 0
         for fl in prog.field_lanes[ki]:
             for ln in fl:
-                E[rows, num.n_b + ln] = ((ids >> bit) & 1).float()
+                E[rows, num.n_b + prog.dim(ln)] = ((ids >> bit) & 1).float()
                 bit += 1
     sd["model.embed_tokens.weight"] = E
     # ---- layers ----
@@ -185,8 +199,8 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
     assert math.log2(wout).is_integer(), wout
     for li in range(L):
         pre = f"model.layers.{li}."
-        qkv = _Mat(2 * kd + vd, H, num)
-        zp = _Mat(vd, H, num)
+        qkv = _Mat(2 * kd + vd, H, num, prog)
+        zp = _Mat(vd, H, num, prog)
         out = z(H, vd)
         conv = z(2 * kd + vd, 1, kern)
         conv[:kd, 0, kern - 1] = 1.0                 # queries: current token
@@ -202,12 +216,13 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
                         bl, kh = p.bank(pi, rb, sl)
                         if bl != li:
                             continue
+                        nrows = -(-p.depth // (1 << p.pack))
                         for i in range(p.rows):
                             a = rb * p.rows + i
-                            if a >= p.depth:
+                            if a >= nrows:
                                 break
                             if port is not None:
-                                f = addr_match(port.addr, a)
+                                f = addr_match(port.addr[p.pack:], a)
                                 if f is not None:
                                     qkv.form(kh * dk + i, f, KQ)
                             if wr is not None:
@@ -223,13 +238,19 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
                             if wr is not None:
                                 qkv.w[col0:col0 + num.n_bv, 0] = BV / 2.0 ** num.cb
                             for j in range(dv - num.n_bv):
-                                b = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
-                                if b >= p.width:
+                                rbit = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
+                                wi, b = divmod(rbit, p.width)
+                                if wi >= 1 << p.pack:
                                     break
                                 if wr is not None:
                                     qkv.form(col0 + num.n_bv + j, wr.data[b], VS)
                                 if port is not None:
-                                    out[num.n_b + port.lanes[b], vh * dv + num.n_bv + j] = wout
+                                    out[num.n_b + prog.dim(port.lanes[b]), vh * dv + num.n_bv + j] = wout
+                                    if p.pack:      # z gate: this column's word is selected
+                                        sel = addr_match(port.addr[:p.pack], wi)
+                                        zrow = vh * dv + num.n_bv + j
+                                        zp.w[zrow] = 0.0
+                                        zp.form(zrow, lin([(ZSEL, sel)], Z - ZSEL), 1.0)
         sd[pre + "linear_attn.in_proj_qkv.weight"] = qkv.w
         sd[pre + "linear_attn.conv1d.weight"] = conv
         sd[pre + "linear_attn.in_proj_z.weight"] = zp.w
@@ -241,21 +262,23 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
         sd[pre + "linear_attn.A_log"] = z(nv)
         sd[pre + "linear_attn.norm.weight"] = torch.ones(dv)
         sd[pre + "linear_attn.out_proj.weight"] = out
-        gate, up = _Mat(inter, H, num), z(inter, H)
+        gate, up = _Mat(inter, H, num, prog), z(inter, H)
         down = z(H, inter)
         for ni, n in enumerate(prog.mlp.get(li, [])):
             gate.form(ni, n.gate, K)
             up[ni, 0] = 1.0 / (K * 2.0 ** num.cb)
             for ln, w in n.out.items():
-                down[num.n_b + ln, ni] += w
+                down[num.n_b + prog.dim(ln), ni] += w
         sd[pre + "mlp.gate_proj.weight"] = gate.w
         sd[pre + "mlp.up_proj.weight"] = up
         sd[pre + "mlp.down_proj.weight"] = down
+        del gate, up, down, qkv, zp, out
+        _finish(sd, dtype)
         sd[pre + "input_layernorm.weight"] = z(H)
         sd[pre + "post_attention_layernorm.weight"] = z(H)
     sd["model.norm.weight"] = z(H)
     # ---- lm_head ----
-    head = _Mat(vocab, H, num)
+    head = _Mat(vocab, H, num, prog)
     nkb = len(prog.out_kind)
     kind_part = []
     for ki in range(len(kinds)):
@@ -271,17 +294,17 @@ def build(prog: Program, roms: dict[str, list[int]] | None = None
         cst = z(P)
         for j, y in enumerate(ys):
             for ln, w in y.t.items():
-                M[j, num.n_b + ln] += 2 * w * 2.0 ** num.m
+                M[j, num.n_b + prog.dim(ln)] += 2 * w * 2.0 ** num.m
             cst[j] = 2 * y.c - 1
         rows = slice(k["offset"], k["offset"] + (1 << P))
         head.w[rows] = S @ M if P else 0.0
         head.w[rows, 0] += ((S @ cst) - P) / 2.0 ** num.cb if P else 0.0
-        kf = _Mat(1, H, num)
+        kf = _Mat(1, H, num, prog)
         kf.form(0, kind_part[ki], 1.0)
         head.w[rows] += kf.w[0]
     sd["lm_head.weight"] = head.w
     info = {"inter": inter, "nk": nk, "vocab": vocab, "kinds": kinds}
-    sd = {k: v.float() for k, v in sd.items()}
+    _finish(sd, dtype)
     return num, sd, info, {}
 
 
@@ -296,9 +319,12 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
     VS, BV = 2.0 ** num.vs, 2.0 ** num.b_v
     wt = torch.tensor([int(w) for w in words[:p.depth]] + [0] * max(0, p.depth - len(words)),
                       dtype=torch.int64)
+    P = 1 << p.pack
+    nrows = -(-p.depth // P)
+    wt = torch.cat([wt, torch.zeros(nrows * P - p.depth, dtype=torch.int64)]).view(nrows, P)
     for pi in range(p.ports):
         for rb in range(p.rowblocks):
-            lo, hi = rb * p.rows, min(p.depth, (rb + 1) * p.rows)
+            lo, hi = rb * p.rows, min(nrows, (rb + 1) * p.rows)
             ws = wt[lo:hi]
             for sl in range(p.slices):
                 layer, kh = p.bank(pi, rb, sl)
@@ -306,10 +332,11 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
                     st = torch.zeros(t.d_k, dv, dtype=torch.float32)
                     st[:hi - lo, :num.n_bv] = BV
                     for j in range(dv - num.n_bv):
-                        b = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
-                        if b >= p.width:
+                        rbit = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
+                        wi, b = divmod(rbit, p.width)
+                        if wi >= P:
                             break
-                        st[:hi - lo, num.n_bv + j] = ((ws >> b) & 1).float() * VS
+                        st[:hi - lo, num.n_bv + j] = ((ws[:, wi] >> b) & 1).float() * VS
                     out[(layer, kh * g + v)] = st
     return out
 
@@ -328,6 +355,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], sd: dict[str, 
     try:
         td = DTYPES[dtype]
         tensors = {k: v.to(td).contiguous() for k, v in sd.items()}
+        sd.clear()
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "chip.json").write_text(json.dumps(chip) + "\n")
@@ -365,12 +393,12 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "layers": layers,
         "memories": {p.name: {"kind": p.kind, "width": p.width, "depth": p.depth,
                               "layer": p.layer, "last_layer": p.last, "rows_per_bank": p.rows,
-                              "rowblocks": p.rowblocks, "slices": p.slices,
+                              "rowblocks": p.rowblocks, "slices": p.slices, "pack": p.pack,
                               "banks": [list(b) for b in p.banks], "key_heads": p.kheads,
                               "read_ports": len(p.reads), "write_ports": len(p.writes)}
                      for p in prog.mems.values()},
-        "lanes": {"count": len(prog.lanes), "ballast": num.n_b,
-                  "token": {ln.label: num.n_b + i for i, ln in enumerate(prog.lanes)
+        "lanes": {"count": prog.n_dims, "logical": len(prog.lanes), "ballast": num.n_b,
+                  "token": {ln.label: num.n_b + prog.dim(i) for i, ln in enumerate(prog.lanes)
                             if ln.slot < 0}},
         "shapes": {"layers": prog.n_layers, "hidden": num.hidden, "intermediate": info["inter"],
                    "key_heads": info["nk"], "value_heads": info["nk"] * t.v_per_k},

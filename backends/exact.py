@@ -66,7 +66,7 @@ def prove(prog: Program, num, dtype: str) -> None:
         m = max(abs(ln.lo), abs(ln.hi))
         if m > 256:
             fail(ln.node, f"residual lane {i} may hold values up to {m} (more than 8 bits)")
-        sumsq += m * m
+    sumsq = prog.dim_sumsq()
     need = 24 if dtype == "fp32" else 9
     if num.n_b * 4 ** num.b_res < (1 << need) * max(sumsq, 1):
         fail(-1, f"ballast 2^{num.b_res} x {num.n_b} does not dominate the signal lanes")

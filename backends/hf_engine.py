@@ -143,26 +143,34 @@ class HFEngine:
         cols = g * (dv - nbv)
         res: dict[str, list[int | None]] = {}
         for name, m in self.chip["memories"].items():
-            words = torch.zeros(m["depth"], dtype=torch.int64)
-            bad = torch.zeros(m["depth"], dtype=torch.bool)
+            P = 1 << m["pack"]
+            nrows = -(-m["depth"] // P)
+            W = m["width"]
+            words = torch.zeros(nrows, P, dtype=torch.int64)
+            bad = torch.zeros(nrows, dtype=torch.bool)
             R = m["rows_per_bank"]
             for rb in range(m["rowblocks"]):
-                lo, hi = rb * R, min(m["depth"], (rb + 1) * R)
+                lo, hi = rb * R, min(nrows, (rb + 1) * R)
                 for sl in range(m["slices"]):
                     layer, kh = m["banks"][rb * m["slices"] + sl]
                     state = cache.layers[layer].recurrent_states[0][row]
                     for v in range(g):
-                        cells = state[kh * g + v, :hi - lo, nbv:].double() / vs
-                        b0 = sl * cols + v * (dv - nbv)
-                        n = max(0, min(dv - nbv, m["width"] - b0))
+                        b0 = sl * cols + v * (dv - nbv)       # first row-bit of this head
+                        n = max(0, min(dv - nbv, W * P - b0))
                         if n == 0:
                             continue
-                        cells = cells[:, :n]
+                        cells = state[kh * g + v, :hi - lo, nbv:nbv + n].double() / vs
                         bits = cells.round()
                         bad[lo:hi] |= ((cells != bits) | (bits < 0) | (bits > 1)).any(-1)
-                        wts = (torch.ones(n, dtype=torch.int64) << torch.arange(b0, b0 + n))
-                        words[lo:hi] |= (bits.long() * wts).sum(-1)
-            res[name] = [None if b else int(w) for w, b in zip(words.tolist(), bad.tolist())]
+                        rbits = torch.arange(b0, b0 + n)
+                        for wi in range(P):
+                            sel = (rbits // W) == wi
+                            if sel.any():
+                                wts = torch.ones(int(sel.sum()), dtype=torch.int64) << (rbits[sel] % W)
+                                words[lo:hi, wi] |= (bits[:, sel].long() * wts).sum(-1)
+            flat = words.view(-1)[:m["depth"]].tolist()
+            badw = bad.repeat_interleave(P)[:m["depth"]].tolist()
+            res[name] = [None if b else int(w) for w, b in zip(flat, badw)]
         return res
 
 
@@ -179,7 +187,7 @@ class _ProgView:
 class _MemView:
     def __init__(self, m: dict[str, Any]):
         self.width, self.depth, self.rows = m["width"], m["depth"], m["rows_per_bank"]
-        self.rowblocks, self.slices = m["rowblocks"], m["slices"]
+        self.rowblocks, self.slices, self.pack = m["rowblocks"], m["slices"], m["pack"]
         self.banks = [tuple(b) for b in m["banks"]]
         self.ports = max(1, m["read_ports"])
 

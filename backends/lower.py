@@ -81,6 +81,20 @@ def lin(pairs: Iterable[tuple[int, Form]], c: int = 0) -> Form:
     return Form(cc, t, lo, hi)
 
 
+class MuxBit:
+    """A bit chosen by a tree of multiplexers, kept unmaterialised so that a chain of muxes
+    costs one MLP stage: ``leaves`` are (literals, value) with exactly one leaf whose literal
+    bits are all 1; the bit is sum over leaves of relu(value + sum(literals) - len(literals))."""
+    __slots__ = ("leaves", "form")
+
+    def __init__(self, leaves: list[tuple[tuple[Form, ...], Form]]):
+        self.leaves = leaves
+        self.form: Form | None = None
+
+
+MUX_LEAVES = 8       # materialise a mux tree beyond this many leaves per bit
+
+
 @dataclass
 class Lane:
     """One residual dimension: written in ``slot`` (-1: by the embedding), value range
@@ -132,6 +146,7 @@ class MemPlan:
     rows: int            # rows per bank
     rowblocks: int
     slices: int
+    pack: int = 0        # ROMs: 2**pack words per row, selected per column by the z gate
     banks: list[tuple[int, int]] = field(default_factory=list)
     reads: list[ReadPort] = field(default_factory=list)
     writes: list[WritePort] = field(default_factory=list)
@@ -162,6 +177,24 @@ class Program:
     out_fields: list[list[list[Form]]]      # [kind][field] -> bit forms
     n_layers: int
     node_slot: dict[int, int]               # IR node -> slot where its value is complete
+    phys: list[int] = field(default_factory=list)   # lane -> residual dim (after ballast)
+    n_phys: int = 0
+
+    def dim(self, lane: int) -> int:
+        """Physical residual dim of ``lane``, not counting the ballast dims."""
+        return self.phys[lane] if self.phys else lane
+
+    def dim_sumsq(self) -> int:
+        """sum over physical dims of the largest square any occupant may hold."""
+        m: dict[int, int] = {}
+        for i, ln in enumerate(self.lanes):
+            d = self.dim(i)
+            m[d] = max(m.get(d, 0), ln.lo * ln.lo, ln.hi * ln.hi)
+        return sum(m.values())
+
+    @property
+    def n_dims(self) -> int:
+        return self.n_phys if self.phys else len(self.lanes)
 
     def kheads_in(self, layer: int) -> int:
         return sum(1 for p in self.mems.values() for L, _ in p.banks if L == layer)
@@ -198,6 +231,11 @@ class Lowerer:
     def slot_of(self, forms: Iterable[Form]) -> int:
         s = -1
         for f in forms:
+            if isinstance(f, MuxBit):
+                if f.form is None:
+                    s = max(s, self.slot_of(x for lits, v in f.leaves for x in lits + (v,)))
+                    continue
+                f = f.form
             for lane in f.t:
                 s = max(s, self.lanes[lane].slot)
         return s
@@ -333,6 +371,37 @@ class Lowerer:
         parity = lambda v: v & 1
         return [self.fn(lin([(1, a[i]), (1, bb[i]), (1, carries[i])]), parity) for i in range(W)]
 
+    def mat(self, x: Form | MuxBit) -> Form:
+        """The Form of a bit, materialising a mux tree (once) if needed."""
+        if not isinstance(x, MuxBit):
+            return x
+        if x.form is None:
+            terms = [(lin([(1, v)] + [(1, lit) for lit in lits], -len(lits)), 1)
+                     for lits, v in x.leaves]
+            x.form = self.relu_sum(terms, 0, 1)
+        return x.form
+
+    def mux_lazy(self, s: Form, x: Form | MuxBit, y: Form | MuxBit) -> Form | MuxBit:
+        """s ? y : x as a MuxBit (fused with the trees of x and y while they stay small)."""
+        if s.is_const:
+            return y if s.c else x
+        if x is y:
+            return x
+
+        def leaves(v: Form | MuxBit) -> list[tuple[tuple[Form, ...], Form]]:
+            if isinstance(v, MuxBit):
+                if v.form is None and len(v.leaves) <= MUX_LEAVES // 2:
+                    return v.leaves
+                v = self.mat(v)
+            if v.is_const and v.c == 0:
+                return []
+            return [((), v)]
+        ns = lin([(-1, s)], 1)
+        out = [(lits + (ns,), v) for lits, v in leaves(x)] + [(lits + (s,), v) for lits, v in leaves(y)]
+        if not out:
+            return const(0)
+        return MuxBit(out)
+
     def mux(self, s: Form, x: Form, y: Form, H: Form | None = None) -> Form:
         """s ? y : x for bits; forced to 0 when the integer H >= 1."""
         if s.is_const and H is None:
@@ -347,6 +416,8 @@ class Lowerer:
     def lower_node(self, n: Node) -> None:
         c, op = self.c, n.op
         A = [self.bits[a] for a in n.args if a in self.bits]
+        if op not in (Op.MUX, Op.SLICE, Op.CONCAT):
+            A = [[self.mat(x) for x in bits] for bits in A]
         W = n.width
         if op is Op.CONST:
             r = [const((n.param >> i) & 1) for i in range(W)]
@@ -381,8 +452,8 @@ class Lowerer:
         elif op is Op.CONCAT:
             r = [x for part in reversed(A) for x in part]
         elif op is Op.MUX:
-            s = A[0][0]
-            r = [self.mux(s, x, y) for x, y in zip(A[1], A[2])]
+            s = self.mat(A[0][0])
+            r = [self.mux_lazy(s, x, y) for x, y in zip(A[1], A[2])]
         elif op is Op.MEM_READ:
             r = self.mem_read(n, A[0])
         elif op is Op.MEM_WRITE:
@@ -474,9 +545,15 @@ class Lowerer:
             m = self.c.memories[name]
             t = self.target
             rows = t.rows_per_bank
+            pack = 0
+            has_write = any(n.op is Op.MEM_WRITE and n.param == name for n in self.c.nodes)
+            if not has_write:       # ROM: pack words into a row while they fit one bank
+                while (2 << pack) * m.width <= t.cols_per_bank and (1 << pack) < m.depth:
+                    pack += 1
+            nrows = -(-m.depth // (1 << pack))
             self.mems[name] = MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
-                                      self.mem_last[name], rows, -(-m.depth // rows),
-                                      -(-m.width // t.cols_per_bank))
+                                      self.mem_last[name], rows, -(-nrows // rows),
+                                      -(-(m.width << pack) // t.cols_per_bank), pack)
         return self.mems[name]
 
     def need(self, name: str, forms: Iterable[Form]) -> None:

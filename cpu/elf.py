@@ -19,6 +19,7 @@ from cpu import memmap
 from deltachip.errors import UserError
 
 EM_RISCV = 243
+ELF32_HEADER_SIZE = 52
 PF_X, PF_W, PF_R = 1, 2, 4
 
 
@@ -89,6 +90,9 @@ def read_elf(path: str | Path) -> ElfImage:
         raise ElfError(f"{path}: cannot read: {e.strerror or e}") from None
     if raw[:4] != b"\x7fELF":
         raise ElfError(f"{path}: not an ELF file (bad magic bytes)")
+    if len(raw) < ELF32_HEADER_SIZE:
+        raise ElfError(f"{path}: truncated ELF file: {len(raw)} bytes, less than the "
+                       f"{ELF32_HEADER_SIZE}-byte ELF header")
     try:
         return _parse(path, raw)
     except ElfError:
@@ -140,6 +144,11 @@ def _parse(path: Path, raw: bytes) -> ElfImage:
     if not (memmap.CODE_BASE <= entry < memmap.CODE_END) or entry % 4:
         raise ElfError(f"{path}: entry point 0x{entry:08x} is not a word-aligned address in "
                        f"code ROM {span_text(memmap.CODE_BASE, memmap.CODE_SIZE)}")
+    code = [s for s in segments if s.region == "code ROM"]
+    if not any(s.vaddr <= entry < s.vaddr + len(s.data) for s in code):
+        spans = ", ".join(span_text(s.vaddr, len(s.data)) for s in code) or "none"
+        raise ElfError(f"{path}: entry point 0x{entry:08x} is outside the loaded code "
+                       f"(code segments: {spans})")
     symbols: dict[str, Symbol] = {}
     for section in elf.iter_sections():
         if isinstance(section, SymbolTableSection):

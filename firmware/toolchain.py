@@ -20,14 +20,13 @@ carrying the compiler's own message. The ELF is written to a temporary file next
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from deltachip.errors import UserError
+from deltachip.outputs import replace_on_success
 
 FIRMWARE_DIR = Path(__file__).resolve().parent
 RUNTIME_DIR = FIRMWARE_DIR / "runtime"
@@ -136,19 +135,14 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
     chosen = resolve_compiler(compiler)
     all_sources = ([*RUNTIME_SOURCES] if runtime else []) + sources
     include_dirs = [RUNTIME_DIR, *dict.fromkeys(s.resolve().parent for s in sources)]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    if any(output.resolve() == src.resolve() for src in sources):
+        raise ToolchainError(f"error: the output {output} is one of the sources")
+    with replace_on_success(output, "error: ", ToolchainError, make_parents=True) as tmp:
         cmd = compiler_command(chosen, all_sources, tmp, opt, include_dirs)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             message = (proc.stderr + proc.stdout).strip() or f"exit status {proc.returncode}"
             raise ToolchainError(f"error: {chosen} failed to build {output.name}:\n{message}")
-        os.replace(tmp, output)
-    finally:
-        tmp.unlink(missing_ok=True)
     return output
 
 

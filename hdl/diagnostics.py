@@ -62,6 +62,14 @@ def suggest(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+TOO_DEEP = "the source nests expressions or blocks too deeply to compile"
+
+
+def too_deep(filename: str) -> "CompileError":
+    """The error for a source nested past Python's recursion limit (whole-file message)."""
+    return CompileError([Diagnostic(Loc(filename, 0, 0), TOO_DEEP)])
+
+
 class CompileError(UserError):
     """Bad source: every diagnostic of one compile. ``str()`` renders them all."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hdl.diagnostics import Collector, CompileError, Diagnostic
+from hdl.diagnostics import Collector, CompileError, Diagnostic, suggest, too_deep
 from hdl.elab.elaborator import Elaborator
 from hdl.elab.files import FileCtx, Loader
 from hdl.elab.values import CircuitSym, ModuleSym
@@ -67,24 +67,32 @@ def _guard_depth(fn):
             return fn(*args, **kwargs)
         except RecursionError:
             name = kwargs.get("filename") or str(args[0] if args and args[0] is not None else "<string>")
-            raise CompileError([Diagnostic(Loc(name, 0, 0), "the source nests expressions or "
-                                           "blocks too deeply to compile")]) from None
+            raise too_deep(name) from None
     return wrapper
+
+
+def _prepare(path: Path | None, text: str | None, filename: str | None
+             ) -> tuple[str, Collector, Loader, FileCtx, Elaborator]:
+    """Parse the root file and its imports and build their global scopes; raise the
+    CompileError if that found any error. Gives the root's shown name, the collector, the
+    loader, the root file and the elaborator, ready to elaborate a circuit or module."""
+    shown = filename or (str(path) if path is not None else "<string>")
+    diags, loader, root = _load(path, text, shown)
+    if root is None:
+        diags.raise_if_errors(loader.sources)
+        raise AssertionError("unreachable: a file that failed to load has reported why")
+    el = Elaborator(diags)
+    el.build_globals(root)
+    diags.raise_if_errors(loader.sources)
+    return shown, diags, loader, root, el
 
 
 @_guard_depth
 def elaborate_circuit(path: Path | None, top: str | None, text: str | None = None,
                       filename: str | None = None) -> Circuit:
     """Parse ``path`` (or ``text``), then elaborate its circuit ``top`` (or its only one)."""
-    shown = filename or (str(path) if path is not None else "<string>")
-    diags, loader, root = _load(path, text, shown)
-    if root is None:
-        diags.raise_if_errors(loader.sources)
-        raise AssertionError("unreachable")
-    el = Elaborator(diags)
-    el.build_globals(root)
+    shown, diags, loader, root, el = _prepare(path, text, filename)
     circuits = _own(root, CircuitSym)
-    diags.raise_if_errors(loader.sources)
     if top is None:
         if len(circuits) != 1:
             names = ", ".join(c.decl.name for c in circuits)
@@ -95,8 +103,9 @@ def elaborate_circuit(path: Path | None, top: str | None, text: str | None = Non
     else:
         found = [c for c in circuits if c.decl.name == top]
         if not found:
-            from hdl.diagnostics import suggest
-            msg = (f"no circuit '{top}' in {shown}"
+            is_module = isinstance(root.scope.syms.get(top), ModuleSym)
+            msg = (f"'{top}' in {shown} is a module, not a circuit (token kinds and `next`)"
+                   if is_module else f"no circuit '{top}' in {shown}"
                    f"{suggest(top, [c.decl.name for c in circuits])}")
             raise CompileError([Diagnostic(Loc(shown, 0, 0), msg)], loader.sources)
         sym = found[0]
@@ -108,17 +117,9 @@ def elaborate_circuit(path: Path | None, top: str | None, text: str | None = Non
 def elaborate_module(path: Path | None, name: str, params: dict[str, int] | None = None,
                      text: str | None = None, filename: str | None = None) -> Circuit:
     """Elaborate module ``name`` of ``path`` alone: INPUT/OUTPUT nodes and ``ports`` set."""
-    shown = filename or (str(path) if path is not None else "<string>")
-    diags, loader, root = _load(path, text, shown)
-    if root is None:
-        diags.raise_if_errors(loader.sources)
-        raise AssertionError("unreachable")
-    el = Elaborator(diags)
-    el.build_globals(root)
-    diags.raise_if_errors(loader.sources)
+    shown, diags, loader, root, el = _prepare(path, text, filename)
     sym = root.scope.syms.get(name)
     if not isinstance(sym, ModuleSym):
-        from hdl.diagnostics import suggest
         mods = [n for n, s in root.scope.syms.items() if isinstance(s, ModuleSym)]
         raise CompileError([Diagnostic(Loc(shown, 0, 0),
                                        f"no module '{name}' in {shown}{suggest(name, mods)}")],
@@ -127,7 +128,6 @@ def elaborate_module(path: Path | None, name: str, params: dict[str, int] | None
     known = [p.name for p in sym.decl.params]
     for p in params:
         if p not in known:
-            from hdl.diagnostics import suggest
             diags.error(sym.decl.loc, f"module '{name}' has no parameter '{p}'{suggest(p, known)}")
     diags.raise_if_errors(loader.sources)
     circuit = Circuit(name, sym.decl.loc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hdl.elaborate import _load, elaborate_circuit, elaborate_module, list_circuits
+from hdl.elaborate import _guard_depth, _load, elaborate_circuit, elaborate_module, list_circuits
 from hdl.ir import Circuit
 
 
@@ -37,6 +37,7 @@ def load_module_source(text: str, name: str, params: dict[str, int] | None = Non
     return elaborate_module(None, name, params, text=text, filename=filename)
 
 
+@_guard_depth
 def list_tops(path: str | Path) -> list[str]:
     """Names of the circuits declared in ``path`` itself (not in its imports)."""
     diags, loader, root = _load(Path(path), None, str(path))

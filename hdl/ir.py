@@ -161,6 +161,41 @@ class Circuit:
     def kind_width(self) -> int:
         return max(1, (len(self.kinds) - 1).bit_length())
 
+    # ---- the token vocabulary ---------------------------------------------------------------
+    # Kind k owns 2**payload_bits consecutive ids after the kinds before it; within a kind the
+    # id is the payload, its fields concatenated with the first field in the lowest bits.
+    def kind_offsets(self) -> list[int]:
+        """The first token id of each kind, in kind order."""
+        offsets, off = [], 0
+        for k in self.kinds:
+            offsets.append(off)
+            off += 1 << k.payload_bits
+        return offsets
+
+    @property
+    def vocab_size(self) -> int:
+        """How many distinct tokens the circuit has: the sum over kinds of 2**payload_bits."""
+        return sum(1 << k.payload_bits for k in self.kinds)
+
+    def token_id(self, tok: Token) -> int:
+        """The vocabulary id of ``tok`` (fields must already fit their widths)."""
+        payload, bit = 0, 0
+        for f, v in zip(self.kinds[tok.kind].fields, tok.fields):
+            payload |= v << bit
+            bit += f.width
+        return self.kind_offsets()[tok.kind] + payload
+
+    def token_from_id(self, tid: int) -> Token:
+        """The token whose vocabulary id is ``tid``; ValueError outside ``0..vocab_size-1``."""
+        for index, (k, off) in enumerate(zip(self.kinds, self.kind_offsets())):
+            if off <= tid < off + (1 << k.payload_bits):
+                payload, fields = tid - off, []
+                for f in k.fields:
+                    fields.append(payload & ((1 << f.width) - 1))
+                    payload >>= f.width
+                return Token(index, tuple(fields))
+        raise ValueError(f"token id {tid} is outside the vocabulary 0..{self.vocab_size - 1}")
+
     def kind_index(self, name: str) -> int:
         for i, k in enumerate(self.kinds):
             if k.name == name:

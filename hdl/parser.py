@@ -20,7 +20,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from lark.lexer import PatternStr
 
 from hdl import ast
-from hdl.diagnostics import CompileError, Diagnostic
+from hdl.diagnostics import CompileError, Diagnostic, too_deep
 from hdl.ir import Loc
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
@@ -395,5 +395,7 @@ def parse(text: str, filename: str = "<string>") -> ast.SourceFile:
         if isinstance(exc.orig_exc, _BadSyntax):
             diag = Diagnostic(exc.orig_exc.loc, exc.orig_exc.message)
             raise CompileError([diag], {filename: text}) from None
+        if isinstance(exc.orig_exc, RecursionError):
+            raise too_deep(filename) from None
         raise
     return ast.SourceFile(filename, text, items)

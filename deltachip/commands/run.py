@@ -14,15 +14,17 @@ others. Later engines (``sim``, ``hf``, ``fast``) add an entry here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from deltachip.errors import UserError
+from deltachip.outputs import replace_on_success
 
 EXIT_FAULT = 3
 EXIT_TIMEOUT = 124
@@ -94,30 +96,42 @@ def run_command(args: argparse.Namespace) -> int:
     if args.input is not None:
         input_text = args.input.encode("utf-8", "surrogateescape")
     machine = engine.load()(args.program, input_text)
-    trace_file = None
-    if args.trace is not None:
-        try:
-            trace_file = open(args.trace, "w", encoding="ascii")
-        except OSError as e:
-            raise UserError(f"--trace: cannot write {args.trace}: {e.strerror or e}") from None
+    with contextlib.ExitStack() as outputs:
+        # --stats is checked now and written all at once at the end (never half-written);
+        # the trace is a log, streamed as the program runs
+        stats_tmp = (outputs.enter_context(replace_on_success(args.stats, "--stats: "))
+                     if args.stats is not None else None)
+        trace_file = None
+        if args.trace is not None:
+            try:
+                trace_file = outputs.enter_context(open(args.trace, "w", encoding="ascii"))
+            except OSError as e:
+                raise UserError(f"--trace: cannot write {args.trace}: {e.strerror or e}") from None
+        status, stats = _run(machine, args.max_steps, trace_file)
+        if stats_tmp is not None:
+            stats = {"engine": engine.name, "program": str(args.program), **stats}
+            stats_tmp.write_text(json.dumps(stats, indent=2) + "\n")
+    return status
+
+
+def _run(machine: Any, max_steps: int, trace_file: IO[str] | None) -> tuple[int, dict[str, Any]]:
+    """Run ``machine`` for up to ``max_steps`` instructions, UART output to stdout and retire
+    records to ``trace_file``; report a fault or an exhausted budget on stderr.
+    Returns the exit status and the run's statistics."""
     stdout = sys.stdout.buffer
     instructions = 0
     t0 = time.perf_counter()
-    try:
-        while True:
-            steps = min(CHUNK_STEPS if trace_file else 1 << 22, args.max_steps - instructions)
-            result = machine.run(steps, trace=trace_file is not None)
-            instructions += result.instructions
-            if result.output:
-                stdout.write(result.output)
-                stdout.flush()
-            if trace_file is not None:
-                trace_file.writelines(r.format() + "\n" for r in result.retired)
-            if not result.timed_out or instructions >= args.max_steps:
-                break
-    finally:
+    while True:
+        steps = min(CHUNK_STEPS if trace_file else 1 << 22, max_steps - instructions)
+        result = machine.run(steps, trace=trace_file is not None)
+        instructions += result.instructions
+        if result.output:
+            stdout.write(result.output)
+            stdout.flush()
         if trace_file is not None:
-            trace_file.close()
+            trace_file.writelines(r.format() + "\n" for r in result.retired)
+        if not result.timed_out or instructions >= max_steps:
+            break
     seconds = time.perf_counter() - t0
     if result.fault is not None:
         status = EXIT_FAULT
@@ -129,17 +143,12 @@ def run_command(args: argparse.Namespace) -> int:
               f"exit (pc 0x{machine.pc:08x}); raise --max-steps", file=sys.stderr)
     else:
         status = result.exit_code & 0xFF
-    if args.stats is not None:
-        stats = {
-            "engine": engine.name, "program": str(args.program), "instructions": instructions,
-            "seconds": round(seconds, 6),
-            "instructions_per_second": round(instructions / seconds) if seconds > 0 else None,
-            "exit_code": result.exit_code, "exit_status": status,
-            "fault": str(result.fault) if result.fault else None,
-            "timed_out": result.exit_code is None and result.fault is None,
-        }
-        try:
-            args.stats.write_text(json.dumps(stats, indent=2) + "\n")
-        except OSError as e:
-            raise UserError(f"--stats: cannot write {args.stats}: {e.strerror or e}") from None
-    return status
+    stats = {
+        "instructions": instructions,
+        "seconds": round(seconds, 6),
+        "instructions_per_second": round(instructions / seconds) if seconds > 0 else None,
+        "exit_code": result.exit_code, "exit_status": status,
+        "fault": str(result.fault) if result.fault else None,
+        "timed_out": result.exit_code is None and result.fault is None,
+    }
+    return status, stats

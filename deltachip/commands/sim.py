@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from deltachip.errors import UserError
+from deltachip.outputs import replace_on_success
 
 DESCRIPTION = """Run a circuit in the reference simulator: print the token stream, one token per
 line, from the start token until a halt token or --steps steps."""
@@ -20,9 +21,11 @@ EPILOG = """examples:
   deltachip sim examples/gcd/gcd.hdl --start 'Step a=48 b=18' --steps 100
   deltachip sim cpu.hdl --rom code=prog.hex --vcd run.vcd --steps 5000
 
---rom NAME=FILE replaces memory NAME's image (.hex: one hexadecimal word per line;
-.bin: raw little-endian words); a RAM's initial contents can be given the same way.
---vcd writes every named signal, the token and the memory writes (1 ns = 1 step).
+--rom NAME=FILE replaces memory NAME's image (.hex: hexadecimal words, one or more per line,
+// comments; other suffixes: raw little-endian words); a RAM's initial contents can be given
+the same way. Exit status 0, or 2 on bad input (the message says what and where).
+--vcd writes every named signal, the token and the memory writes (1 ns = 1 step); the file
+appears when the run ends (a failed run leaves an existing file as it was).
 """
 
 CHUNK = 4096
@@ -53,24 +56,14 @@ def load_circuit(path: str, top: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from hdl.sim import Simulator, format_token, load_image, parse_token
+    from hdl.sim import Simulator, format_token, load_rom_specs, parse_token
     if args.steps < 0:
         raise UserError(f"--steps must be >= 0, got {args.steps}")
     circuit = load_circuit(args.file, args.top)
     if not circuit.kinds:
         raise UserError(f"{args.file}: '{circuit.name}' is a module, not a circuit: "
                         "`deltachip sim` runs circuits (token kinds and `next`)")
-    roms: dict[str, list[int]] = {}
-    for spec in args.rom:
-        name, eq, file = spec.partition("=")
-        if not eq or not name or not file:
-            raise UserError(f"--rom expects NAME=FILE, got '{spec}'")
-        mem = circuit.memories.get(name)
-        if mem is None:
-            known = ", ".join(circuit.memories) or "none"
-            raise UserError(f"--rom {spec}: circuit '{circuit.name}' has no memory '{name}' "
-                            f"(its memories: {known})")
-        roms[name] = load_image(file, mem.width, mem.depth, name)
+    roms = load_rom_specs(args.rom, circuit.memories, circuit.name)
     if args.start is not None:
         start = parse_token(circuit, args.start)
     elif circuit.start is not None:
@@ -99,11 +92,9 @@ def _run_with_vcd(sim, start, steps: int, path: str) -> None:
     from hdl.sim import format_token
     from hdl.sim.waveform import Waveform
     circuit = sim.circuit
-    try:
-        wave = Waveform(path, circuit)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
-    with wave:
+    # written to a temporary file and renamed at the end: a failed or interrupted run leaves
+    # whatever was at ``path`` untouched, never half a waveform
+    with replace_on_success(path) as tmp, Waveform(tmp, circuit) as wave:
         tok, out = start, sys.stdout
         for t in range(steps + 1):
             out.write(format_token(circuit, tok) + "\n")

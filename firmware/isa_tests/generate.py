@@ -234,22 +234,15 @@ def branch() -> Program:
         for a, b in BRANCH_PAIRS:
             macro = "TEST_BR_TAKEN" if taken(a, b) else "TEST_BR_NOT_TAKEN"
             p.emit(f"{macro}({p.next()}, {inst}, {h(a)}, {h(b)})")
-        # x0 as an operand: compare x0 with x0 and with a register.
-        n = p.next()
-        macro = "TEST_BR_TAKEN" if taken(0, 0) else "TEST_BR_NOT_TAKEN"
-        p.emit(f"li TESTNUM, {n}")
-        target = f"br_x0_{n}"
-        if taken(0, 0):
-            p.emit(f"{inst} x0, x0, {target}; j fail; {target}:")
-        else:
-            p.emit(f"{inst} x0, x0, fail")
-        n = p.next()
-        p.emit(f"li TESTNUM, {n}; li x1, 5")
-        target = f"br_x0_{n}"
-        if taken(0, 5):
-            p.emit(f"{inst} x0, x1, {target}; j fail; {target}:")
-        else:
-            p.emit(f"{inst} x0, x1, fail")
+        # x0 as an operand: compare x0 with x0 and with a register holding 5.
+        for rs2, value, setup in (("x0", 0, ""), ("x1", 5, "; li x1, 5")):
+            n = p.next()
+            p.emit(f"li TESTNUM, {n}{setup}")
+            target = f"br_x0_{n}"
+            if taken(0, value):
+                p.emit(f"{inst} x0, {rs2}, {target}; j fail; {target}:")
+            else:
+                p.emit(f"{inst} x0, {rs2}, fail")
     p.comment("far branches: the largest offsets, +4092 and -4096 bytes")
     n = p.next()
     p.emit(f"li TESTNUM, {n}")

@@ -16,8 +16,10 @@ from hdl.elab.values import KIND_ENUM, POISON, KindSym, NextSym, Scope, Sig, Sta
 from hdl.ir import Loc, Op
 
 MAX_UNROLL = 1 << 16
+MAX_TOTAL_UNROLL = 1 << 18   # loop iterations in one elaboration (nested loops multiply)
 MAX_CONST_BITS = 1 << 16   # compile-time integers are arbitrary precision, within reason
 MAX_DEPTH = 64
+MAX_MEM_DEPTH = 1 << 24     # words per memory: the simulators hold every word in memory
 U1 = Type(1)
 BUILTINS = ("zext", "sext", "ext", "trunc", "signed", "unsigned", "clog2", "min", "max")
 ARITH = {"+": Op.ADD, "-": Op.SUB, "*": Op.MUL, "&": Op.AND, "|": Op.OR, "^": Op.XOR}
@@ -64,6 +66,7 @@ class ElabBase:
         self.in_circuit = False
         self.kinds: list[KindSym] = []
         self.depth = 0
+        self.unrolled = 0   # loop iterations elaborated so far (MAX_TOTAL_UNROLL)
         self._anon = 0
         self.top_ports: list[tuple[str, str, int, bool]] = []
 

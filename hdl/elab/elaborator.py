@@ -20,12 +20,13 @@ from typing import Any
 
 from hdl import ast
 from hdl.diagnostics import suggest
-from hdl.elab.base import MAX_DEPTH
+from hdl.elab.base import MAX_DEPTH, MAX_MEM_DEPTH
 from hdl.elab.exprs import ExprMixin
 from hdl.elab.files import FileCtx
 from hdl.elab.stmts import StmtMixin
 from hdl.elab.values import (POISON, CircuitSym, ConstSym, EnumSym, KindSym, MemSym, ModuleSym,
                              NextSym, Scope, Sig, SigSym, State, TokSym, Type, Val, WireSym)
+from hdl.images import ImageError, load_image
 from hdl.ir import MAX_WIDTH, Circuit, Field, Loc, Memory, Op, Token, TokenKind
 
 
@@ -299,6 +300,10 @@ class Elaborator(ExprMixin, StmtMixin):
         if depth < 1:
             self.err(s.depth.loc, f"memory depth {depth} must be at least 1")
             return
+        if depth > MAX_MEM_DEPTH:
+            self.err(s.depth.loc, f"memory depth {depth} is too large (at most "
+                                  f"{MAX_MEM_DEPTH:,} words)")
+            return
         image, init = None, ()
         if s.image is not None:
             if s.kind == "ram":
@@ -307,7 +312,7 @@ class Elaborator(ExprMixin, StmtMixin):
             assert self.file is not None
             path = (self.file.dir / s.image)
             image = str(path.resolve())
-            loaded = load_image(path, t.width, depth)
+            loaded = rom_image(path, t.width, depth)
             if isinstance(loaded, str):
                 self.err(s.image_loc or s.loc, loaded)
                 return
@@ -319,40 +324,12 @@ class Elaborator(ExprMixin, StmtMixin):
             out.memories[s.name] = m
 
 
-def load_image(path: Path, width: int, depth: int) -> tuple[int, ...] | str:
-    """A ROM image (``.hex``: one hexadecimal word per line, ``//`` comments; otherwise raw
-    little-endian words of ceil(width/8) bytes), padded with zeros to ``depth`` words.
-    Returns the words, or an error message."""
+def rom_image(path: Path, width: int, depth: int) -> tuple[int, ...] | str:
+    """A ROM's default image (read by :func:`hdl.images.load_image`), padded with zeros
+    to ``depth`` words. Returns the words, or an error message naming the image."""
     try:
-        raw = path.read_bytes()
-    except OSError as e:
-        return f"cannot read ROM image '{path.name}': {e.strerror or e}"
-    words: list[int] = []
-    if path.suffix.lower() == ".hex":
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            return f"ROM image '{path.name}' is not a text .hex file"
-        for lineno, line in enumerate(text.splitlines(), 1):
-            line = line.split("//", 1)[0].strip()
-            for word in line.split():
-                try:
-                    v = int(word.replace("_", ""), 16)
-                except ValueError:
-                    return f"ROM image '{path.name}' line {lineno}: '{word}' is not a hexadecimal number"
-                if v >> width:
-                    return (f"ROM image '{path.name}' line {lineno}: {word} does not fit "
-                            f"{width} bits")
-                words.append(v)
-    else:
-        nb = (width + 7) // 8
-        if len(raw) % nb:
-            return f"ROM image '{path.name}' has {len(raw)} bytes, not a multiple of {nb}"
-        for i in range(0, len(raw), nb):
-            v = int.from_bytes(raw[i:i + nb], "little")
-            if v >> width:
-                return f"ROM image '{path.name}': word {i // nb} ({v:#x}) does not fit {width} bits"
-            words.append(v)
-    if len(words) > depth:
-        return f"ROM image '{path.name}' has {len(words)} words, more than the depth {depth}"
+        words = load_image(path, width, depth)
+    except ImageError as e:
+        where = f" line {e.line}: " if e.line else " "
+        return f"ROM image '{path.name}'{where}{e.problem}"
     return tuple(words) + (0,) * (depth - len(words))

@@ -193,18 +193,13 @@ class ExprMixin(ElabBase):
             raise Abort
         if isinstance(a, CInt) and isinstance(b, CInt):
             a = self.signal(a, loc, hint, f"in '{op}'")
-        if isinstance(a, CInt):
-            assert isinstance(b, Sig)
-            s = self.to_type(a, b.type, loc, f"the other operand of '{op}'")
+        if isinstance(a, CInt) or isinstance(b, CInt):   # the constant takes the signal's type
+            const, sig = (a, b) if isinstance(a, CInt) else (b, a)
+            assert isinstance(const, CInt) and isinstance(sig, Sig)
+            s = self.to_type(const, sig.type, loc, f"the other operand of '{op}'")
             if s is None:
                 raise Abort
-            return s, b
-        if isinstance(b, CInt):
-            assert isinstance(a, Sig)
-            s = self.to_type(b, a.type, loc, f"the other operand of '{op}'")
-            if s is None:
-                raise Abort
-            return a, s
+            return (s, sig) if const is a else (sig, s)
         assert isinstance(a, Sig) and isinstance(b, Sig)
         if a.type.enum != b.type.enum:
             self.err(loc, f"type mismatch in '{op}': left is {a.type}, right is {b.type}")

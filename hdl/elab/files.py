@@ -58,15 +58,21 @@ class Loader:
         self._resolve_imports(ctx)
         return ctx
 
-    def load_path(self, path: Path, shown: str | None = None) -> FileCtx | None:
+    def load_path(self, path: Path, shown: str | None = None,
+                  imported_at: Loc | None = None) -> FileCtx | None:
+        """Parse ``path`` (once) and its imports; ``imported_at`` locates a read error of an
+        imported file at its ``import`` statement."""
         key = path.resolve()
         if key in self.files:
             return self.files[key]
         try:
-            text = path.read_text()
+            text = path.read_bytes().decode("utf-8-sig")   # UTF-8; a leading BOM is dropped
         except (OSError, UnicodeDecodeError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else "not a UTF-8 text file"
-            self.diags.error(Loc(shown or str(path), 0, 0), f"cannot read source file: {why}")
+            if imported_at is not None:
+                self.diags.error(imported_at, f"cannot read '{shown or path}' to import: {why}")
+            else:
+                self.diags.error(Loc(shown or str(path), 0, 0), f"cannot read source file: {why}")
             self.files[key] = None
             return None
         self._stack.append(key)
@@ -106,7 +112,7 @@ class Loader:
                 self.diags.error(item.loc, f"import cycle: {text}")
                 continue
             shown = _display(path)
-            sub = self.load_path(path, shown)
+            sub = self.load_path(path, shown, item.loc)
             if sub is not None:
                 ctx.imports.append(sub)
 

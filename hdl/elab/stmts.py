@@ -12,7 +12,7 @@ from typing import Any
 
 from hdl import ast
 from hdl.diagnostics import suggest
-from hdl.elab.base import MAX_UNROLL, Abort, ElabBase, article
+from hdl.elab.base import MAX_TOTAL_UNROLL, MAX_UNROLL, Abort, ElabBase, article
 from hdl.elab.values import (KIND_ENUM, POISON, Assigned, CInt, ConstSym, EnumSym, InstSym, KindSym,
                              MemSym, ModuleSym, NextSym, PendingWrite, Scope, Sig, SigSym, State,
                              TokSym, Type, Val, VarSym, WireSym)
@@ -556,6 +556,12 @@ class StmtMixin(ElabBase):
             self.err(s.loc, f"loop of {hi - lo} iterations is too long to unroll (at most {MAX_UNROLL})")
             return
         for i in range(lo, hi):
+            self.unrolled += 1
+            if self.unrolled > MAX_TOTAL_UNROLL:   # reported once, at the loop that crossed it
+                if self.unrolled == MAX_TOTAL_UNROLL + 1:
+                    self.err(s.loc, f"loops unroll more than {MAX_TOTAL_UNROLL:,} iterations "
+                                    "in total (nested loops multiply): use smaller bounds")
+                raise Abort
             inner = Scope(scope)
             inner.syms[s.var] = ConstSym(i, s.loc)
             inner.locs[s.var] = s.loc

@@ -10,7 +10,7 @@ Takes: IR from :mod:`hdl.ir` (built by ``hdl.frontend`` or by hand). Gives:
 
 The IR is compiled once to C (cffi) or to Python source; see :mod:`hdl.sim.codegen`.
 """
-from hdl.sim.images import ImageError, load_image
+from hdl.images import ImageError, load_image, load_rom_specs
 from hdl.sim.modules import (ModuleEvaluator, evaluate_module, evaluate_module_batch,
                              to_signed)
 from hdl.sim.simulator import BACKENDS, SimError, Simulator, StepResult
@@ -18,4 +18,4 @@ from hdl.sim.tokens import TokenSyntaxError, format_token, parse_token
 
 __all__ = ["BACKENDS", "ImageError", "ModuleEvaluator", "SimError", "Simulator", "StepResult",
            "TokenSyntaxError", "evaluate_module", "evaluate_module_batch", "format_token",
-           "load_image", "parse_token", "to_signed"]
+           "load_image", "load_rom_specs", "parse_token", "to_signed"]

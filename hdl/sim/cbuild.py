@@ -36,7 +36,9 @@ class NoCompiler(RuntimeError):
 
 
 class BuildError(RuntimeError):
-    """The C compiler rejected generated code: a bug in the code generator, never a fallback."""
+    """The C compiler, which builds a trivial library fine, rejected generated code: a bug in
+    the code generator, never a fallback. (A compiler that builds nothing raises
+    :class:`NoCompiler` instead.)"""
 
 
 def ffi() -> cffi.FFI:
@@ -80,6 +82,21 @@ def _flags() -> list[str]:
     return [*opt, "-shared", "-fPIC", "-w"]
 
 
+@functools.cache
+def _compiler_works(cc: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+    """Whether ``cc`` builds a trivial shared library with ``flags``: tells a broken or
+    unsuitable compiler (``CC=false``, a cross compiler: like no compiler at all) from
+    generated code that it rejects (a bug)."""
+    with tempfile.TemporaryDirectory() as d:
+        src, lib = Path(d) / "probe.c", Path(d) / "probe.so"
+        src.write_text("int deltachip_probe(void) { return 0; }\n")
+        try:
+            r = subprocess.run([*cc, *flags, "-o", str(lib), str(src)], capture_output=True)
+        except OSError:
+            return False
+        return r.returncode == 0 and lib.exists()
+
+
 def build(source: str) -> Any:
     """Compile ``source`` (or reuse the cached build) and return the loaded cffi library."""
     cc = find_compiler()
@@ -103,6 +120,10 @@ def build(source: str) -> Any:
             except OSError as e:
                 raise NoCompiler(f"cannot run C compiler {' '.join(cc)}: {e}") from None
             if r.returncode != 0:
+                if not _compiler_works(cc, tuple(flags)):
+                    said = r.stderr[-2000:].strip()
+                    raise NoCompiler(f"C compiler {' '.join(cc)} does not work with flags "
+                                     f"{' '.join(flags)}" + (f":\n{said}" if said else ""))
                 raise BuildError(f"C compiler {' '.join(cc)} failed:\n{r.stderr[-2000:]}")
             os.replace(tmp_so, lib)
         finally:

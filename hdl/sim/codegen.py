@@ -13,9 +13,14 @@ Gives: source text. Three generators:
 Every node becomes one assignment ``v<id> = <expr>``; values are unsigned integers below
 ``2**width`` at all times (results are masked where an op can overflow). The op semantics
 implemented here are the ones documented in ``docs/ir.md``; the three generators must agree
-(``tests/hdl/test_sim.py`` checks them against each other on random IR).
+(``tests/hdl/test_sim.py`` checks them against each other on random IR). The ops that read the
+same in all three languages (token reads, bitwise, wrapping arithmetic, compares, slices,
+concatenation) are written once, in :func:`_common_expr`; each generator adds only shifts,
+multiplexers, memory reads and constants in its own syntax.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from hdl.ir import Circuit, Node, Op
 from hdl.sim.layout import Layout
@@ -45,6 +50,51 @@ def mask(width: int) -> int:
     return (1 << width) - 1
 
 
+_BITWISE = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
+_WRAPPING = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
+
+
+def _common_expr(c: Circuit, lay: Layout | None, n: Node, a: list[str],
+                 lit: Callable[[int], str], boolean: Callable[[str], str]) -> str | None:
+    """The expression for ``n`` when it is written the same way in every target language
+    (token reads, bitwise ops, wrapping arithmetic, compares, slices, concatenation), else
+    None.
+
+    ``lay`` locates token fields in the token vector ``tok`` (None for modules, which read
+    no token); ``a`` are the argument expressions; ``lit`` writes an unsigned constant in the target
+    (``255``, ``U(255)``, ``0xffULL``) and ``boolean`` turns a comparison into a 0/1 value."""
+    op = n.op
+    m = lit(mask(n.width))
+    if op is Op.TOKEN_KIND:
+        return "tok[0]"
+    if op is Op.TOKEN_FIELD:
+        assert lay is not None
+        k, f = n.param
+        return f"tok[{lay.field_offset[k][f]}]"
+    if op in _BITWISE:
+        return f"{a[0]} {_BITWISE[op]} {a[1]}"
+    if op is Op.NOT:
+        return f"{a[0]} ^ {m}"
+    if op in _WRAPPING:
+        return f"({a[0]} {_WRAPPING[op]} {a[1]}) & {m}"
+    if op is Op.EQ:
+        return boolean(f"{a[0]} == {a[1]}")
+    if op is Op.ULT:
+        return boolean(f"{a[0]} < {a[1]}")
+    if op is Op.SLT:   # flipping the sign bits turns a signed order into an unsigned one
+        s = lit(1 << (c.nodes[n.args[0]].width - 1))
+        return boolean(f"({a[0]} ^ {s}) < ({a[1]} ^ {s})")
+    if op is Op.SLICE:
+        return f"({a[0]} >> {lit(n.param)}) & {m}"
+    if op is Op.CONCAT:
+        parts, shift = [], 0
+        for x, ax in zip(reversed(n.args), reversed(a)):
+            parts.append(ax if shift == 0 else f"({ax} << {lit(shift)})")
+            shift += c.nodes[x].width
+        return " | ".join(reversed(parts))
+    return None
+
+
 # ---- C --------------------------------------------------------------------------------------
 
 #: Value nodes per generated C function. gcc's time on one straight-line function grows faster
@@ -62,28 +112,11 @@ def _c_expr(c: Circuit, lay: Layout, n: Node, ref) -> str:
     op = n.op
     if op is Op.CONST:
         return f"0x{n.param:x}ULL"
-    if op is Op.TOKEN_KIND:
-        return "tok[0]"
-    if op is Op.TOKEN_FIELD:
-        k, f = n.param
-        return f"tok[{lay.field_offset[k][f]}]"
     if op is Op.INPUT:
         return f"V[{n.id}]"
-    if op in (Op.AND, Op.OR, Op.XOR):
-        sym = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}[op]
-        return f"{a[0]} {sym} {a[1]}"
-    if op is Op.NOT:
-        return wrap(f"~{a[0]}")
-    if op in (Op.ADD, Op.SUB, Op.MUL):
-        sym = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}[op]
-        return wrap(f"{a[0]} {sym} {a[1]}")
-    if op is Op.EQ:
-        return f"(uint64_t)({a[0]} == {a[1]})"
-    if op is Op.ULT:
-        return f"(uint64_t)({a[0]} < {a[1]})"
-    if op is Op.SLT:
-        s = f"0x{1 << (c.nodes[n.args[0]].width - 1):x}ULL"
-        return f"(uint64_t)(({a[0]} ^ {s}) < ({a[1]} ^ {s}))"
+    common = _common_expr(c, lay, n, a, lambda x: f"0x{x:x}ULL", lambda e: f"(uint64_t)({e})")
+    if common is not None:
+        return common
     if op is Op.SHL:
         return f"({a[1]} >= {w} ? 0 : {wrap(f'{a[0]} << {a[1]}')})"
     if op is Op.LSHR:
@@ -92,14 +125,6 @@ def _c_expr(c: Circuit, lay: Layout, n: Node, ref) -> str:
         neg = f"({a[0]} >> {w - 1})"
         return (f"({a[1]} >= {w} ? ({neg} ? {m} : 0) : "
                 f"(({a[0]} >> {a[1]}) | ({neg} ? ({m} ^ ({m} >> {a[1]})) : 0)))")
-    if op is Op.SLICE:
-        return wrap(f"{a[0]} >> {n.param}")
-    if op is Op.CONCAT:
-        parts, shift = [], 0
-        for x, ax in zip(reversed(n.args), reversed(a)):
-            parts.append(ax if shift == 0 else f"({ax} << {shift})")
-            shift += c.nodes[x].width
-        return " | ".join(reversed(parts))
     if op is Op.MUX:
         return f"({a[0]} ? {a[2]} : {a[1]})"
     if op is Op.MEM_READ:
@@ -199,28 +224,11 @@ def _py_expr(c: Circuit, lay: Layout, n: Node, inp: dict[int, str]) -> str:
     op = n.op
     if op is Op.CONST:
         return str(n.param)
-    if op is Op.TOKEN_KIND:
-        return "tok[0]"
-    if op is Op.TOKEN_FIELD:
-        k, f = n.param
-        return f"tok[{lay.field_offset[k][f]}]"
     if op is Op.INPUT:
         return inp[n.id]
-    if op in (Op.AND, Op.OR, Op.XOR):
-        sym = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}[op]
-        return f"{a[0]} {sym} {a[1]}"
-    if op is Op.NOT:
-        return f"{a[0]} ^ {m}"
-    if op in (Op.ADD, Op.SUB, Op.MUL):
-        sym = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}[op]
-        return f"({a[0]} {sym} {a[1]}) & {m}"
-    if op is Op.EQ:
-        return f"int({a[0]} == {a[1]})"
-    if op is Op.ULT:
-        return f"int({a[0]} < {a[1]})"
-    if op is Op.SLT:
-        s = 1 << (c.nodes[n.args[0]].width - 1)
-        return f"int(({a[0]} ^ {s}) < ({a[1]} ^ {s}))"
+    common = _common_expr(c, lay, n, a, str, lambda e: f"int({e})")
+    if common is not None:
+        return common
     if op is Op.SHL:
         return f"(0 if {a[1]} >= {w} else ({a[0]} << {a[1]}) & {m})"
     if op is Op.LSHR:
@@ -229,14 +237,6 @@ def _py_expr(c: Circuit, lay: Layout, n: Node, inp: dict[int, str]) -> str:
         neg = f"({a[0]} >> {w - 1})"
         return (f"(({m} if {neg} else 0) if {a[1]} >= {w} else "
                 f"({a[0]} >> {a[1]}) | (({m} ^ ({m} >> {a[1]})) if {neg} else 0))")
-    if op is Op.SLICE:
-        return f"({a[0]} >> {n.param}) & {m}"
-    if op is Op.CONCAT:
-        parts, shift = [], 0
-        for x in reversed(n.args):
-            parts.append(f"v{x}" if shift == 0 else f"(v{x} << {shift})")
-            shift += c.nodes[x].width
-        return " | ".join(reversed(parts))
     if op is Op.MUX:
         return f"({a[2]} if {a[0]} else {a[1]})"
     if op is Op.MEM_READ:
@@ -291,21 +291,9 @@ def _np_expr(c: Circuit, n: Node, inp: dict[int, str]) -> str:
         return f"full(n, {n.param}, dtype=u64)"
     if op is Op.INPUT:
         return inp[n.id]
-    if op in (Op.AND, Op.OR, Op.XOR):
-        sym = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}[op]
-        return f"{a[0]} {sym} {a[1]}"
-    if op is Op.NOT:
-        return f"{a[0]} ^ {m}"
-    if op in (Op.ADD, Op.SUB, Op.MUL):
-        sym = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}[op]
-        return f"({a[0]} {sym} {a[1]}) & {m}"
-    if op is Op.EQ:
-        return f"({a[0]} == {a[1]}).astype(u64)"
-    if op is Op.ULT:
-        return f"({a[0]} < {a[1]}).astype(u64)"
-    if op is Op.SLT:
-        s = f"U({1 << (c.nodes[n.args[0]].width - 1)})"
-        return f"(({a[0]} ^ {s}) < ({a[1]} ^ {s})).astype(u64)"
+    common = _common_expr(c, None, n, a, lambda x: f"U({x})", lambda e: f"({e}).astype(u64)")
+    if common is not None:
+        return common
     lim = f"U({w - 1})"
     if op is Op.SHL:
         return f"where({a[1]} >= {w}, U(0), ({a[0]} << minimum({a[1]}, {lim})) & {m})"
@@ -315,14 +303,6 @@ def _np_expr(c: Circuit, n: Node, inp: dict[int, str]) -> str:
         sh = f"minimum({a[1]}, {lim})"
         return (f"where(({a[0]} >> U({w - 1})) != 0, ({a[0]} >> {sh}) | ({m} ^ ({m} >> {sh})), "
                 f"{a[0]} >> {sh})")
-    if op is Op.SLICE:
-        return f"({a[0]} >> U({n.param})) & {m}"
-    if op is Op.CONCAT:
-        parts, shift = [], 0
-        for x in reversed(n.args):
-            parts.append(f"v{x}" if shift == 0 else f"(v{x} << U({shift}))")
-            shift += c.nodes[x].width
-        return " | ".join(reversed(parts))
     if op is Op.MUX:
         return f"where({a[0]} != 0, {a[2]}, {a[1]})"
     raise AssertionError(f"no numpy code for {op} (modules only)")

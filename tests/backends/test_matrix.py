@@ -12,7 +12,7 @@ batch 1, compact/fp32/decode/batch 1 and compact/bf16/prefill/batch 4. Everythin
 
 Memory: compiling materialises the dense fp32 state dict, and at the qwen3.5-4b shapes
 (hidden >= 2560, MLP 9216, 16 key heads) one chip layer is about 135 M weights (~0.5 GB
-fp32). A case whose estimate (:func:`estimated_gb`) exceeds ``DELTACHIP_MATRIX_MEM_GB``
+fp32). A case whose estimate (:func:`wrappers.estimated_gb`) exceeds ``DELTACHIP_MATRIX_MEM_GB``
 (default 6) is skipped with the estimate in the reason: a resource limit of the machine
 running the tests, not a verdict on the weights. Set the variable higher on a big machine.
 
@@ -22,6 +22,7 @@ and expose exactly the module's outputs in the next token.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable
@@ -65,9 +66,9 @@ CIRCUITS: dict[str, Callable[[], Circuit]] = {
     **{f"example.{n}": _example(n) for n in EXAMPLES},
 }
 
-#: decode steps per circuit (the examples that halt stop earlier by themselves)
-STEPS = {"example.stack_machine": 40}
-DEFAULT_STEPS = 24
+#: steps per run: (default-run cases, slow cases); the examples that halt stop earlier
+STEPS = {"example.stack_machine": (32, 120)}
+DEFAULT_STEPS = (16, 48)
 
 
 def starts(cid: str, c: Circuit, batch: int) -> list[Token]:
@@ -89,29 +90,11 @@ def starts(cid: str, c: Circuit, batch: int) -> list[Token]:
     return ([c.start] + others)[:batch]
 
 
-def estimated_gb(c: Circuit, target: str) -> float:
-    """Peak memory to compile and load ``c`` for ``target``, in GB: 8 bytes per dense
-    weight (the fp32 state dict plus the copy written and loaded), weights counted from the
-    schedule and the target's per-layer shapes. 0 for targets sized to fit (compact)."""
-    from backends.schedule import schedule
-    from backends.target import get_target
-    t = get_target(target)
-    if t.mlp_width is None or t.k_heads is None:
-        return 0.0
-    prog = schedule(c, t)
-    H = t.hidden_for(len(prog.lanes))[0]
-    nk, nv = t.k_heads, t.k_heads * t.v_per_k
-    gdn = H * (2 * nk * t.d_k + 2 * nv * t.d_v + 2 * nv) + nv * t.d_v * H
-    layer = 3 * H * t.mlp_width + gdn
-    vocab = sum(1 << k.payload_bits for k in c.kinds)
-    weights = (prog.n_layers + 1) * layer + 2 * vocab * H
-    return 8 * weights / 1e9
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """``get(cid, target, dtype)`` -> (compiled dir, circuit): one compile per key per
-    module; a compile error is kept and raised again for every case that needs it."""
+    module; a compile error is kept and raised again for every case that needs it. The
+    directories (up to a few GB each for qwen3.5-4b) are deleted when the module ends."""
     from backends.compiler import compile_to_dir
     cache: dict[tuple[str, str, str], tuple[Path, Circuit] | BaseException] = {}
 
@@ -119,7 +102,7 @@ def compiled(tmp_path_factory):
         key = (cid, target, dtype)
         if key not in cache:
             c = CIRCUITS[cid]()
-            gb = estimated_gb(c, target)
+            gb = wrappers.estimated_gb(c, target)
             if gb > MEM_GB:
                 cache[key] = pytest.skip.Exception(
                     f"{cid} for {target}: needs ~{gb:.0f} GB to compile and load (dense "
@@ -135,7 +118,10 @@ def compiled(tmp_path_factory):
         if isinstance(got, BaseException):
             raise got
         return got
-    return get
+    yield get
+    for got in cache.values():
+        if isinstance(got, tuple):
+            shutil.rmtree(got[0].parent, ignore_errors=True)
 
 
 def _cases():
@@ -153,9 +139,8 @@ def _cases():
 def test_matrix(compiled, cid, target, dtype, mode, batch):
     from backends.check import check_dir
     path, c = compiled(cid, target, dtype)
-    steps = STEPS.get(cid, DEFAULT_STEPS)
-    if mode == "prefill":
-        steps = min(steps, 24)
+    cheap = (target, dtype, mode, batch) in CHEAP
+    steps = STEPS.get(cid, DEFAULT_STEPS)[0 if cheap else 1]
     rep = check_dir(path, steps=steps, batch=batch, prefill=mode == "prefill",
                     starts=starts(cid, c, batch))
     assert rep.ok, "\n".join(str(m) for m in rep.mismatches)

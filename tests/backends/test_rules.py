@@ -107,3 +107,32 @@ def test_config_target_two_hot_gqa(tmp_path, dk, width):
         assert rep.ok, [str(m) for m in rep.mismatches]
         rep = check_dir(tmp_path / c.name, steps=16, batch=2, starts=starts, prefill=True)
         assert rep.ok, [str(m) for m in rep.mismatches]
+
+
+def test_exactness_prover_names_the_line():
+    """A neuron whose pre-activation could exceed +-256 is refused, naming its HDL line."""
+    from backends import emit, exact
+    from backends.lower import Form
+    from backends.schedule import schedule
+    from backends.target import COMPACT
+    c = circuits.counter(8, 9)
+    prog = schedule(c, COMPACT)
+    num = emit.choose_numerics(prog)
+    exact.prove(prog, num, "bf16")            # the real program is fine
+    layer, ns = next((L, ns) for L, ns in prog.mlp.items() if ns)
+    n = ns[0]
+    n.gate = Form(n.gate.c, n.gate.t, -300, 300)
+    with pytest.raises(exact.ExactnessError) as e:
+        exact.prove(prog, num, "bf16")
+    assert str(e.value).startswith(f"{c.nodes[n.node].loc}: error: cannot prove the compiled "
+                                   f"weights exact: a neuron in layer {layer} has pre-activation "
+                                   "range [-300, 300] (must stay within +-256)")
+
+
+def test_lane_reuse_keeps_results_exact(tmp_path):
+    """Lane reuse shrinks the residual (clear neurons subtract the old occupant)."""
+    c = circuits.alu(5)
+    comp = compile_to_dir(c, tmp_path / "alu", dtype="bf16")
+    assert comp.chip["lanes"]["count"] < comp.chip["lanes"]["logical"]
+    rep = check_dir(tmp_path / "alu", steps=10)
+    assert rep.ok, [str(m) for m in rep.mismatches]

@@ -2,7 +2,9 @@
 
 Takes: nothing but the ``stdlib/*.hdl`` files. Gives: :data:`WRAPPERS` (one :class:`Wrapper`
 per stdlib module, in file order), :func:`stdlib_modules` (every module the library declares,
-so a test can tell when one has no wrapper) and :func:`wrapper_source` (the generated text).
+so a test can tell when one has no wrapper), :func:`wrapper_source` (the generated text), and
+:func:`estimated_gb` (the memory a compile for a fixed-shape target will take, so that the
+matrix and benchmarks/backend_figures.py can skip what the machine cannot hold).
 
 Each wrapper is a one-kind circuit ``token T(x: u8, y: u8)`` (16 bits of payload) that walks
 its own inputs, so that a run of N steps (N <= 256) feeds the module N different input
@@ -43,7 +45,7 @@ PARAMS: dict[str, dict[str, int]] = {
     "onehot_encoder": {"N": 8}, "priority_encoder": {"N": 8}, "popcount": {"W": 8},
     "sign_extend": {"W": 6, "N": 8}, "zero_extend": {"W": 6, "N": 8},
     # muldiv
-    "csa": {"W": 8}, "mul": {"W": 8}, "mul_op": {"W": 8}, "divu": {"W": 8}, "divs": {"W": 8},
+    "mul": {"W": 8}, "mul_op": {"W": 8}, "divu": {"W": 8}, "divs": {"W": 8},
     # shift
     "shl": {"W": 8}, "shr": {"W": 8}, "sra": {"W": 8},
 }
@@ -160,3 +162,31 @@ def _wrappers() -> list[Wrapper]:
 
 #: One wrapper per stdlib module that has an entry in :data:`PARAMS`, in file order.
 WRAPPERS: list[Wrapper] = _wrappers()
+
+
+#: Peak resident bytes per dense weight when compiling (fp32 state dict) and then loading a
+#: chip. Measured for qwen3.5-4b, bf16: example.counter 4.3 GB peak RSS for 0.67 G weights,
+#: stdlib.bits.sign_extend 5.1 GB for 0.81 G weights (both 6.4 bytes per weight).
+BYTES_PER_WEIGHT = 6.4
+
+
+def estimated_gb(c: Circuit, target: str) -> float:
+    """Peak memory to compile ``c`` for ``target`` and load it, in GB (an estimate).
+
+    Dense weights counted from the schedule and the target's per-layer shapes (MLP, GDN
+    projections, embedding and lm_head, plus the trailing attention layer), times
+    :data:`BYTES_PER_WEIGHT`. Returns 0 for targets sized to fit the circuit (compact),
+    whose chips are small."""
+    from backends.schedule import schedule
+    from backends.target import get_target
+    t = get_target(target)
+    if t.mlp_width is None or t.k_heads is None:
+        return 0.0
+    prog = schedule(c, t)
+    H = t.hidden_for(len(prog.lanes))[0]
+    nk, nv = t.k_heads, t.k_heads * t.v_per_k
+    gdn = H * (2 * nk * t.d_k + 2 * nv * t.d_v + 2 * nv) + nv * t.d_v * H
+    layer = 3 * H * t.mlp_width + gdn
+    vocab = sum(1 << k.payload_bits for k in c.kinds)
+    weights = (prog.n_layers + 1) * layer + 2 * vocab * H
+    return BYTES_PER_WEIGHT * weights / 1e9

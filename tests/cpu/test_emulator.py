@@ -304,6 +304,23 @@ def test_elf_entry_outside_code_rom(build_elf, elf_file):
         read_elf(path)
 
 
+
+def test_elf_entry_outside_the_loaded_code(build_elf, elf_file):
+    """Regression: an entry in code ROM but past the program's bytes used to load, then run
+    into zeros (an illegal-instruction fault at run time instead of a load error)."""
+    path = elf_file(build_elf([(0, CODE, len(CODE), 5)], entry=0x30000))
+    with pytest.raises(ElfError) as e:
+        read_elf(path)
+    assert str(e.value) == (f"{path}: entry point 0x00030000 is outside the loaded code "
+                            f"(code segments: 0x00000000..0x{len(CODE):08x} ({len(CODE)} bytes))")
+
+
+def test_elf_shorter_than_its_header(elf_file):
+    path = elf_file(b"\x7fELF\x01\x01\x01" + bytes(3))
+    with pytest.raises(ElfError) as e:
+        read_elf(path)
+    assert str(e.value) == f"{path}: truncated ELF file: 10 bytes, less than the 52-byte ELF header"
+
 def test_corrupt_and_truncated_elf(build_elf, elf_file, tmp_path):
     blob = build_elf([(0, CODE, len(CODE), 5)], symbols={"x": (0, 0, 1)})
     for cut in (3, 20, 60, 90, len(blob) - 10):

@@ -144,9 +144,45 @@ def test_negative_max_steps(build_elf, elf_file, capfd):
     assert capfd.readouterr().err == "--max-steps must be >= 0, got -1\n"
 
 
+
+def test_zero_max_steps_runs_nothing(build_elf, elf_file, tmp_path, capfd):
+    """--max-steps 0 is a budget of nothing: no instruction retires, exit 124, stats say so."""
+    path = program(say(b"A", 0), build_elf, elf_file)
+    stats, trace = tmp_path / "s.json", tmp_path / "t.txt"
+    assert main(["run", str(path), "--max-steps", "0", "--stats", str(stats),
+                 "--trace", str(trace)]) == 124
+    assert capfd.readouterr() == ("", "deltachip run: step budget exhausted: 0 instructions "
+                                      "without exit (pc 0x00000000); raise --max-steps\n")
+    s = json.loads(stats.read_text())
+    assert (s["instructions"], s["exit_code"], s["exit_status"], s["timed_out"]) == \
+        (0, None, 124, True)
+    assert trace.read_text() == ""
+
 @pytest.mark.parametrize("text,want", [("2**100", "1267650600228229401496703205376\n"),
                                        ("-7 // 2", "-4\n")])
 def test_calc_with_input(firmware_elf, capfd, text, want):
     assert main(["run", str(firmware_elf("calc")), "--input", text]) == 0
     out, err = capfd.readouterr()
     assert (out, err) == (want, "")
+
+
+@pytest.mark.parametrize("where, why", [("missing/s.json", "No such file or directory"),
+                                        (".", "Is a directory")])
+def test_unwritable_stats_is_refused_before_the_run(build_elf, elf_file, tmp_path, capfd,
+                                                    monkeypatch, where, why):
+    """Regression: --stats used to be tried only after the whole run (whose output was
+    printed, then exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    path = program(say(b"A", 0), build_elf, elf_file)
+    assert main(["run", str(path), "--stats", where]) == 2
+    assert capfd.readouterr() == ("", f"--stats: cannot write {where}: {why}\n")
+
+
+def test_stats_file_survives_a_refused_run(build_elf, elf_file, tmp_path, capfd):
+    path = program(say(b"A", 0), build_elf, elf_file)
+    stats = tmp_path / "s.json"
+    stats.write_text("mine\n")
+    assert main(["run", str(path), "--stats", str(stats), "--trace", str(tmp_path)]) == 2
+    assert capfd.readouterr().err == f"--trace: cannot write {tmp_path}: Is a directory\n"
+    assert stats.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, "s.json"]

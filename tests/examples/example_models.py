@@ -30,8 +30,9 @@ def gcd(a: int, b: int) -> list[str]:
 def stack_machine(words: list[int], steps: int = 10_000) -> list[str]:
     """The token stream of the stack machine running ``words`` from Run(pc=0, sp=0).
 
-    State: stack u8[64], vars u8[16], saved_pc u8[1] (reads past the end give 0, writes past
-    the end are dropped); pc and sp wrap at 256. One step per token, as the README tells it.
+    State: stack u8[64], vars u8[16] (reads past the end give 0, writes past the end are
+    dropped), saved_pc; pc wraps at 256 and sp (6 bits) at 64. One step per token, as the
+    README tells it.
     """
     prog = list(words) + [0] * (256 - len(words))
     stack, vars_, saved = [0] * 64, [0] * 16, 0
@@ -55,8 +56,8 @@ def stack_machine(words: list[int], steps: int = 10_000) -> list[str]:
         if kind == "Run":
             _, pc, sp = tok
             op, arg = prog[pc] >> 8, prog[pc] & 0xFF
-            top, second = read(stack, (sp - 1) % 256), read(stack, (sp - 2) % 256)
-            nxt, down, up = (pc + 1) % 256, (sp - 1) % 256, (sp + 1) % 256
+            top, second = stack[(sp - 1) % 64], stack[(sp - 2) % 64]
+            nxt, down, up = (pc + 1) % 256, (sp - 1) % 64, (sp + 1) % 64
             saved = nxt
             binary = {ADD: second + top, SUB: second - top, AND: second & top,
                       LT: int(second < top)}
@@ -83,7 +84,7 @@ def stack_machine(words: list[int], steps: int = 10_000) -> list[str]:
                 tok = ("Fault", pc)
         elif kind == "Put":
             _, value, sp = tok
-            write(stack, (sp - 1) % 256, value)
+            stack[(sp - 1) % 64] = value
             tok = ("Run", saved, sp)
         else:  # Out
             tok = ("Run", saved, tok[2])

@@ -13,19 +13,21 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import example_models as M
+from hdl.ir import Circuit
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
 
 
 @functools.cache
-def circuit(name: str):
+def circuit(name: str) -> Circuit:
     """The elaborated circuit of examples/<name>/<name>.hdl (loaded once)."""
     from hdl.frontend import load_circuit
     return load_circuit(EX / name / f"{name}.hdl")
 
 
-def simulate(name: str, start: str | None = None, roms=None, steps: int = 10_000) -> list[str]:
+def simulate(name: str, start: str | None = None, roms: dict[str, list[int]] | None = None,
+             steps: int = 10_000) -> list[str]:
     """The token stream as text, from the circuit's start token or ``start``."""
     from hdl.sim import Simulator
     from hdl.sim.tokens import format_token, parse_token

@@ -79,6 +79,24 @@ def test_bad_sources(tmp_path):
     assert str(e.value) == "error: no source files given"
 
 
+
+def test_bad_outputs_are_refused_and_leave_files_alone(tmp_path):
+    """Regression: these used to escape as OSError tracebacks (or overwrite the source)."""
+    src = write(tmp_path / "ok.c", "int main(void) { return 0; }\n")
+    blocker = write(tmp_path / "file", "mine")
+    cases = [
+        (tmp_path, f"error: cannot write {tmp_path}: Is a directory"),
+        (blocker / "x.elf", f"error: cannot write {blocker / 'x.elf'}: Not a directory"),
+        (src, f"error: the output {src} is one of the sources"),
+    ]
+    for out, message in cases:
+        with pytest.raises(ToolchainError) as e:
+            build([src], out)
+        assert str(e.value) == message
+    assert src.read_text() == "int main(void) { return 0; }\n" and blocker.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "ok.c"]
+
+
 # ---------------------------------------------------------------- memory map
 
 def test_elf_layout(firmware_elf):

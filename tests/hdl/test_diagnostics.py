@@ -383,3 +383,104 @@ def test_whole_file_errors_have_no_line(tmp_path, monkeypatch):
     with pytest.raises(CompileError) as info:
         load_circuit("missing.hdl")
     assert str(info.value) == "missing.hdl: error: cannot read source file: No such file or directory"
+
+
+def test_rom_image_errors_are_located_at_the_declaration(tmp_path):
+    """The elaborator and `--rom` share one image reader (hdl/images.py); the elaborator puts
+    its message at the `rom` declaration."""
+    (tmp_path / "bad.hex").write_text("1\n2 zz\n")
+    (tmp_path / "big.bin").write_bytes(bytes(5))
+    src = ('circuit C { token A(v: u8) halt; rom t: u8[4] = "bad.hex"; '
+           'rom b: u8[4] = "big.bin"; rom m: u8[4] = "gone.hex"; next = A(v: t[0] ^ b[0] ^ m[0]); }')
+    with pytest.raises(CompileError) as info:
+        load_source(src, str(tmp_path / "t.hdl"))
+    assert [d.message for d in info.value.diagnostics] == [
+        "ROM image 'bad.hex' line 2: 'zz' is not a hexadecimal word",
+        "ROM image 'big.bin' has 5 words, more than the depth 4",
+        "ROM image 'gone.hex' cannot be read: No such file or directory"]
+
+
+@pytest.mark.parametrize("body", [
+    "if tok.A.v == 1 { " * 600 + "}" * 600,          # used to escape as lark's VisitError
+    "let x: u8 = " + "-" * 5000 + "tok.A.v;",
+])
+def test_absurd_nesting_is_a_compile_error(body):
+    src = "circuit C { token A(v: u8) halt; " + body + " next = A(v: 0); }"
+    with pytest.raises(CompileError) as info:
+        load_source(src, "deep.hdl")
+    assert str(info.value) == ("deep.hdl: error: the source nests expressions or blocks too "
+                               "deeply to compile")
+
+
+def test_unreadable_import_is_located_at_the_import(tmp_path):
+    (tmp_path / "lib.hdl").write_bytes(b"\xff\xfe")
+    (tmp_path / "t.hdl").write_text('import "lib.hdl";\ncircuit C { token A halt; next = A(); }\n')
+    with pytest.raises(CompileError) as info:
+        load_circuit(tmp_path / "t.hdl")
+    d, = info.value.diagnostics
+    assert (d.loc.line, d.loc.col) == (1, 1)
+    assert d.message == f"cannot read '{tmp_path / 'lib.hdl'}' to import: not a UTF-8 text file"
+
+
+def test_memory_depth_limit():
+    """Regression: a huge depth used to reach the simulator and die allocating it."""
+    src = "circuit C { token A(v: u8) halt; ram r: u8[99999999999]; next = A(v: r[0]); }"
+    assert errors_of(src) == golden("""
+        t.hdl:1:44: error: memory depth 99999999999 is too large (at most 16,777,216 words)
+        circuit C { token A(v: u8) halt; ram r: u8[99999999999]; next = A(v: r[0]); }
+                                                   ^
+        """)
+
+
+def test_nested_loops_have_a_total_unroll_budget(monkeypatch):
+    """Regression: two nested 0..65536 loops (each within the per-loop limit) used to
+    elaborate for hours; the budget is reported once, at the loop that crosses it."""
+    import hdl.elab.stmts
+    monkeypatch.setattr(hdl.elab.stmts, "MAX_TOTAL_UNROLL", 100)
+    src = """
+        circuit C {
+            token A(v: u8) halt;
+            var x: u8 = 0;
+            for i in 0..20 { for j in 0..20 { x = x + 1; } }
+            next = A(v: x);
+        }
+        """
+    assert errors_of(src) == golden("""
+        t.hdl:4:22: error: loops unroll more than 100 iterations in total (nested loops multiply): use smaller bounds
+            for i in 0..20 { for j in 0..20 { x = x + 1; } }
+                             ^
+        """)
+
+
+def test_top_that_names_a_module_says_so():
+    src = "module m (in a: u8, out y: u8) { y = a; }\ncircuit C { token A halt; next = A(); }\n"
+    with pytest.raises(CompileError) as info:
+        load_source(src, "two.hdl", top="m")
+    assert str(info.value) == ("two.hdl: error: 'm' in two.hdl is a module, not a circuit "
+                               "(token kinds and `next`)")
+    with pytest.raises(CompileError) as info:
+        load_source(src, "two.hdl", top="D")
+    assert str(info.value) == "two.hdl: error: no circuit 'D' in two.hdl"
+
+
+def test_utf8_bom_is_accepted_in_sources_and_images(tmp_path):
+    """Regression: a byte-order mark (Windows editors) read as an unexpected character."""
+    (tmp_path / "t.hex").write_bytes(b"\xef\xbb\xbf2a\r\n")
+    (tmp_path / "t.hdl").write_bytes(b"\xef\xbb\xbfcircuit C { token A(v: u8) halt; "
+                                     b'rom r: u8[1] = "t.hex"; next = A(v: r[0]); }\r\n')
+    c = load_circuit(tmp_path / "t.hdl")
+    assert c.memories["r"].init == (0x2A,)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty.hdl: error: empty.hdl declares no circuit"),
+    (b"// only a comment\n", "empty.hdl: error: empty.hdl declares no circuit"),
+    (b"\x7fELF\x01\x01\x01\x00\xff\xfe", "empty.hdl: error: cannot read source file: not a UTF-8 "
+                                         "text file"),
+])
+def test_empty_and_binary_files(tmp_path, monkeypatch, content, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.hdl").write_bytes(content)
+    with pytest.raises(CompileError) as info:
+        load_circuit("empty.hdl")
+    assert str(info.value) == message

@@ -98,6 +98,50 @@ def test_errors_are_exact(monkeypatch, tmp_path):
         assert (rc, out, err) == (2, "", msg + "\n"), argv
 
 
+def test_image_errors_are_exact(monkeypatch, tmp_path):
+    """Regression: a '-1' word used to read as 0x-1, non-UTF-8 text was shown as mojibake, and
+    a memory given twice silently took the last image."""
+    (tmp_path / "neg.hex").write_text("-1\n")
+    (tmp_path / "raw.hex").write_bytes(b"\xff\xfe\n")
+    (tmp_path / "ok.hex").write_text("1\n")
+    cases = [
+        (["--rom", f"rom={tmp_path / 'neg.hex'}"],
+         f"{tmp_path / 'neg.hex'}:1: '-1' is not a hexadecimal word"),
+        (["--rom", f"rom={tmp_path / 'raw.hex'}"],
+         f"{tmp_path / 'raw.hex'} is not a text .hex file (use .bin for raw bytes)"),
+        (["--rom", f"rom={tmp_path / 'ok.hex'}", "--rom", f"rom={tmp_path / 'ok.hex'}"],
+         f"--rom rom={tmp_path / 'ok.hex'}: memory 'rom' is given twice"),
+    ]
+    for argv, msg in cases:
+        rc, out, err = cli(monkeypatch, acc_circuit(), *argv)
+        assert (rc, out, err) == (2, "", msg + "\n"), argv
+
+
+def test_hex_image_takes_several_words_per_line(monkeypatch, tmp_path):
+    """Regression: docs/language.md allows several words on a line; `--rom` used to refuse
+    them while a ROM's default image accepted them."""
+    img = tmp_path / "r.hex"
+    img.write_text("7f 0x01 // two words\n")
+    rc, out, _ = cli(monkeypatch, acc_circuit(), "--rom", f"rom={img}", "--steps", "2")
+    assert out.splitlines() == ["Acc n=0 s=0", "Acc n=1 s=127", "Acc n=2 s=-128"]
+
+
+@pytest.mark.parametrize("vcd", ["missing/out.vcd", "."])
+def test_unwritable_vcd_is_a_user_error(monkeypatch, tmp_path, vcd):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = cli(monkeypatch, acc_circuit(), "--vcd", vcd)
+    why = "No such file or directory" if "/" in vcd else "Is a directory"
+    assert (rc, out, err) == (2, "", f"cannot write {vcd}: {why}\n")
+
+
+def test_failed_run_keeps_an_existing_vcd(monkeypatch, tmp_path):
+    """Bad options are found before the waveform file is opened: it is left as it was."""
+    keep = tmp_path / "keep.vcd"
+    keep.write_text("mine\n")
+    rc, _, _ = cli(monkeypatch, acc_circuit(), "--start", "Acc n=99 s=0", "--vcd", str(keep))
+    assert rc == 2 and keep.read_text() == "mine\n"
+
+
 def _vcd_values(path: Path) -> dict[str, dict[int, object]]:
     """{scope.name: {time: new value}} from a VCD file, read back with pyvcd's tokenizer."""
     ids, scopes, vals, t = {}, [], {}, 0
@@ -158,3 +202,62 @@ def test_run_trace_and_write_vcd_match_the_cli(monkeypatch, tmp_path, engine):
     write_vcd(tmp_path / "api.vcd", c, toks, sim.trace)
     cli(monkeypatch, c, "--vcd", str(tmp_path / "cli.vcd"), "--engine", engine)
     assert _vcd_values(tmp_path / "api.vcd") == _vcd_values(tmp_path / "cli.vcd")
+
+
+def test_a_run_that_fails_midway_keeps_the_old_vcd(monkeypatch, tmp_path):
+    """The waveform is written to a temporary file and renamed only after the run."""
+    from hdl.sim import SimError, Simulator
+    keep = tmp_path / "run.vcd"
+    keep.write_text("mine\n")
+    calls = []
+
+    def failing_step(self, tok, trace=False):
+        calls.append(tok)
+        raise SimError("boom")
+    monkeypatch.setattr(Simulator, "step", failing_step)
+    rc, out, err = cli(monkeypatch, acc_circuit(), "--vcd", str(keep))
+    assert (rc, out, err) == (2, "Acc n=0 s=0\n", "boom\n") and calls
+    assert keep.read_text() == "mine\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.vcd"]
+
+
+SEMANTICS = """
+circuit Sem {
+    token Go(t: u3, seen: u8, far: u8, other: u8);
+    token Neg(x: s8);
+    token End(last: s8) halt;
+    start Go(t: 0, seen: 0, far: 0, other: 0);
+    ram m: u8[4];
+    // step t writes m[0] <= 10 + t, except step 2, which aims at m[4]: out of range, ignored
+    let a: u3 = tok.Go.t == 2 ? 3'd4 : 3'd0;
+    m[a] <= 8'd10 + zext(tok.Go.t, 8);
+    match tok {
+        Go => {
+            if tok.Go.t == 3 { next = Neg(x: -5); }
+            else { next = Go(t: tok.Go.t + 1, seen: m[0], far: m[a], other: unsigned(tok.Neg.x)); }
+        }
+        Neg => { next = End(last: tok.Neg.x); }
+        End => { next = End(last: 0); }
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_step_semantics_of_docs_language_md(tmp_path, monkeypatch, engine):
+    """Through the real front end: a read sees the memory as it was at the start of the step
+    (the write of step t shows at t+1), an out-of-range write is ignored and an out-of-range
+    read gives 0, another kind's field reads 0, signed fields print signed, and the run stops
+    after printing the first halt token."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sem.hdl").write_text(SEMANTICS)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["sim", "sem.hdl", "--engine", engine]) == 0
+    assert out.getvalue().splitlines() == [
+        "Go t=0 seen=0 far=0 other=0",      # step 0 writes m[0] = 10; not visible yet
+        "Go t=1 seen=0 far=0 other=0",
+        "Go t=2 seen=10 far=10 other=0",    # step 1 wrote 11, step 2's write is ignored
+        "Go t=3 seen=11 far=0 other=0",     # m[4] reads 0
+        "Neg x=-5",
+        "End last=-5"]

@@ -12,18 +12,18 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-STDLIB = Path(__file__).resolve().parents[2] / "stdlib"
+from hdl.ir import Circuit
 
-Model = Callable[..., dict[str, int]]
+STDLIB = Path(__file__).resolve().parents[2] / "stdlib"
 
 
 @functools.cache
-def _load(file: str, name: str, params: tuple[tuple[str, int], ...]):
+def _load(file: str, name: str, params: tuple[tuple[str, int], ...]) -> Circuit:
     from hdl.frontend import load_module
     return load_module(STDLIB / file, name, dict(params))
 
 
-def load(file: str, name: str, **params: int):
+def load(file: str, name: str, **params: int) -> Circuit:
     """The elaborated module ``name`` of ``stdlib/<file>`` with ``params`` (cached)."""
     return _load(file, name, tuple(sorted(params.items())))
 

@@ -32,9 +32,15 @@ def test_shifter_has_one_stage_per_amount_bit(name):
     assert depth(load("shift.hdl", name, W=32)) <= 2 * 5
 
 
-def test_multiplier_is_shallower_than_one_chain():
-    # 32 carry-save rows in one chain would be ~3 * 32 deep before the final adder
-    assert depth(load("muldiv.hdl", "mul", W=32)) < 64
+@pytest.mark.parametrize("w", [8, 16, 32])
+def test_multiplier_adder_tree_is_balanced(w):
+    # gate + clog2(W) adders + the signed corrections; a chain of adds would be ~W deep
+    assert depth(load("muldiv.hdl", "mul", W=w)) <= (w - 1).bit_length() + 5
+
+
+def test_divider_has_one_row_per_quotient_bit():
+    # each row: subtract, then select (2 levels); 32 rows
+    assert depth(load("muldiv.hdl", "divu", W=32)) <= 2 * 32 + 2
 
 
 def test_popcount_and_encoders_are_trees():
