@@ -103,9 +103,12 @@ class Memory:
 
 @dataclass(frozen=True)
 class Field:
+    """A token field. ``enum``: for a field of an enum type, the enum's name and its members
+    as (name, value) pairs; tools print and parse such a field by member name."""
     name: str
     width: int
     signed: bool = False
+    enum: tuple[str, tuple[tuple[str, int], ...]] | None = None
 
 
 @dataclass(frozen=True)

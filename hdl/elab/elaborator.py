@@ -270,7 +270,10 @@ class Elaborator(ExprMixin, StmtMixin):
                     seen.add(fd.name)
                     if t is None:
                         t = Type(1)
-                    fields.append(Field(fd.name, t.width, t.signed))
+                    esym = scope.lookup(t.enum) if t.enum else None
+                    enum = ((esym.name, tuple(esym.members.items()))
+                            if isinstance(esym, EnumSym) else None)
+                    fields.append(Field(fd.name, t.width, t.signed, enum))
                     ftypes.append(t)
                 ks = KindSym(len(self.kinds), TokenKind(s.name, tuple(fields), s.loc, s.halt), ftypes, s.loc)
                 if self.declare(scope, s.name, ks, s.loc):

@@ -1,14 +1,15 @@
 """Token text: ``Kind field=value ...`` as ``deltachip sim`` prints and ``--start`` reads it.
 
 Takes/gives: :class:`hdl.ir.Token` values of a circuit. Fields print in declaration order,
-unsigned decimal, signed fields signed (two's complement read back). :func:`parse_token`
-accepts decimal, ``0x``/``0b``/``0o`` and ``_`` separators, negative values for signed fields,
-and requires every field exactly once (in any order).
+unsigned decimal, signed fields signed (two's complement read back), enum fields by member
+name (a value that is no member prints as a number). :func:`parse_token` accepts decimal,
+``0x``/``0b``/``0o`` and ``_`` separators, negative values for signed fields, ``MEMBER`` or
+``Enum.MEMBER`` for enum fields, and requires every field exactly once (in any order).
 """
 from __future__ import annotations
 
 from deltachip.errors import UserError
-from hdl.ir import Circuit, Token
+from hdl.ir import Circuit, Field, Token
 
 
 class TokenSyntaxError(UserError):
@@ -24,14 +25,28 @@ def format_token(circuit: Circuit, tok: Token) -> str:
     kind = circuit.kinds[tok.kind]
     parts = [kind.name]
     for f, v in zip(kind.fields, tok.fields):
-        parts.append(f"{f.name}={_signed(v, f.width) if f.signed else v}")
+        member = next((m for m, mv in f.enum[1] if mv == v), None) if f.enum else None
+        parts.append(f"{f.name}={member or (_signed(v, f.width) if f.signed else v)}")
     return " ".join(parts)
 
 
 def _field_desc(circuit: Circuit, k: int) -> str:
     kind = circuit.kinds[k]
-    fields = ", ".join(f"{f.name}: {'s' if f.signed else 'u'}{f.width}" for f in kind.fields)
+    fields = ", ".join(f"{f.name}: {f.enum[0] if f.enum else ('s' if f.signed else 'u') + str(f.width)}"
+                       for f in kind.fields)
     return f"{kind.name}({fields})"
+
+
+def _enum_value(f: Field, text: str) -> int:
+    """The value of enum field ``f`` written as ``MEMBER`` or ``Enum.MEMBER``."""
+    assert f.enum is not None
+    enum, members = f.enum
+    name = text.removeprefix(f"{enum}.")
+    for member, value in members:
+        if member == name:
+            return value
+    raise TokenSyntaxError(f"field {f.name}: '{text}' is not a member of enum {enum} "
+                           f"({', '.join(m for m, _ in members)})")
 
 
 def parse_token(circuit: Circuit, text: str) -> Token:
@@ -57,11 +72,14 @@ def parse_token(circuit: Circuit, text: str) -> Token:
                                    f"(token {_field_desc(circuit, k)})")
         if name in given:
             raise TokenSyntaxError(f"field '{name}' given twice in '{text}'")
+        f = fields[name]
+        if f.enum:
+            given[name] = _enum_value(f, val)
+            continue
         try:
             v = int(val, 0)
         except ValueError:
             raise TokenSyntaxError(f"field {name}: '{val}' is not an integer") from None
-        f = fields[name]
         lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
             else (0, (1 << f.width) - 1)
         if not lo <= v <= hi:

@@ -261,3 +261,26 @@ def test_step_semantics_of_docs_language_md(tmp_path, monkeypatch, engine):
         "Go t=3 seen=11 far=0 other=0",     # m[4] reads 0
         "Neg x=-5",
         "End last=-5"]
+
+
+def test_enum_fields_print_and_parse_by_member_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "e.hdl").write_text("""
+        enum Op { ADD, SUB, AND = 5, OR }
+        circuit E {
+            token T(op: Op, n: u4);
+            start T(op: Op.SUB, n: 0);
+            var nxt: Op = Op.ADD;
+            match tok.T.op { ADD => { nxt = Op.SUB; } SUB => { nxt = Op.OR; } _ => { } }
+            next = T(op: nxt, n: tok.T.n + 1);
+        }
+        """)
+    assert main(["sim", "e.hdl", "--steps", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["T op=SUB n=0", "T op=OR n=1", "T op=ADD n=2"]
+    assert main(["sim", "e.hdl", "--steps", "1", "--start", "T op=Op.ADD n=3"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["T op=ADD n=3", "T op=SUB n=4"]
+    assert main(["sim", "e.hdl", "--start", "T op=7 n=0"]) == 2
+    assert capsys.readouterr().err == ("field op: '7' is not a member of enum Op "
+                                       "(ADD, SUB, AND, OR)\n")
+    assert main(["sim", "e.hdl", "--start", "T op=ADD"]) == 2
+    assert capsys.readouterr().err == "token T is missing field n (token T(op: Op, n: u4))\n"
