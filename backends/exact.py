@@ -4,8 +4,9 @@ Takes: a scheduled :class:`backends.lower.Program`, its :class:`backends.emit.Nu
 dtype. Gives: nothing, or raises :class:`ExactnessError` naming the HDL line of the first
 violation. What it proves (BRIEF section 4, measured in shared/research/numerics):
 
-- every MLP pre-activation K*(T - c) is an integer multiple of K with |T - c| <= 256, so it
-  has <= 8 significant bits and silu(K*T)/K is relu(T) exactly (K >= 128);
+- every MLP pre-activation K*T is an integer multiple of K with T <= 256, so where it is
+  positive it has <= 8 significant bits and silu(K*T)/K is relu(T) exactly (K >= 128); where
+  it is negative (T >= -2^14) any rounding keeps it <= -128 and silu gives exactly -0.0;
 - every gate coefficient and constant is an integer with <= 8 significant bits (so K*coef*2^m
   is a bf16 number), and every dot product's L1 norm is < 2^24 times its LSB;
 - every lane (residual value) is an integer with |v| <= 256, and every down_proj sum has an
@@ -51,9 +52,9 @@ def prove(prog: Program, num, dtype: str) -> None:
     for layer, ns in prog.mlp.items():
         for n in ns:
             T = n.gate
-            if max(abs(T.lo), abs(T.hi)) > 256:
+            if T.hi > 256 or T.lo < -(1 << 14):
                 fail(n.node, f"a neuron in layer {layer} has pre-activation range "
-                             f"[{T.lo}, {T.hi}] (must stay within +-256)")
+                             f"[{T.lo}, {T.hi}] (must stay within [-2^14, 256])")
             for w in list(T.t.values()) + [T.c]:
                 if sig_bits(w) > 8:
                     fail(n.node, f"weight {w} has more than 8 significant bits")

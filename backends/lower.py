@@ -93,6 +93,33 @@ class MuxBit:
 
 
 MUX_LEAVES = 8       # materialise a mux tree beyond this many leaves per bit
+GATE = 256           # slope that switches a gated neuron off when a literal is 0
+MIN_PRE = -(1 << 14) # lowest pre-activation allowed (negative ones all give silu = -0.0)
+
+
+class PendingBit:
+    """A bit f(T) not yet materialised: as a mux leaf it is computed *gated* in the mux's
+    own stage (relu(T - c + GATE*(sum(literals) - n)) per threshold c), so "compute, then
+    select" costs one MLP stage less."""
+    __slots__ = ("T", "f", "form")
+
+    def __init__(self, T: Form, f: Callable[[int], int]):
+        self.T = T
+        self.f = f
+        self.form: Form | None = None
+
+
+def thresholds(T: Form, f: Callable[[int], int]) -> tuple[int, dict[int, int]]:
+    """(f(T.lo), {c: coef}) with f(T) = f(lo) + sum(coef * relu(T - c)) on [lo, hi]."""
+    vs = [f(v) for v in range(T.lo, T.hi + 1)]
+    cd: dict[int, int] = {}
+    prev = 0
+    for j in range(1, len(vs)):
+        dj = vs[j] - vs[j - 1]
+        if dj - prev:
+            cd[T.lo + j - 1] = dj - prev
+        prev = dj
+    return vs[0], cd
 
 
 @dataclass
@@ -231,6 +258,8 @@ class Lowerer:
     def slot_of(self, forms: Iterable[Form]) -> int:
         s = -1
         for f in forms:
+            if isinstance(f, PendingBit):
+                f = f.form if f.form is not None else f.T
             if isinstance(f, MuxBit):
                 if f.form is None:
                     s = max(s, self.slot_of(x for lits, v in f.leaves for x in lits + (v,)))
@@ -319,7 +348,7 @@ class Lowerer:
             f.lo, f.hi = (lo, hi) if not f.is_const else (f.c, f.c)
             return f
         for T, _ in live:
-            if max(abs(T.lo), abs(T.hi)) > MAX_SPAN:
+            if T.hi > MAX_SPAN or T.lo < MIN_PRE:
                 raise LoweringError(f"{self.loc()}: internal: pre-activation out of range")
         layer = self.place(self.slot_of(T for T, _ in live), len(live))
         llo = sum(min(k * max(0, T.lo), k * T.hi) for T, k in live)
@@ -369,17 +398,58 @@ class Lowerer:
         if W > 1:
             carries.update(self.prefix_pos(e, list(range(1, W))))
         parity = lambda v: v & 1
-        return [self.fn(lin([(1, a[i]), (1, bb[i]), (1, carries[i])]), parity) for i in range(W)]
+        return [self.pending(lin([(1, a[i]), (1, bb[i]), (1, carries[i])]), parity)
+                for i in range(W)]
 
-    def mat(self, x: Form | MuxBit) -> Form:
-        """The Form of a bit, materialising a mux tree (once) if needed."""
+    def pending(self, T: Form, f: Callable[[int], int]) -> "Form | PendingBit":
+        """f(T) as a PendingBit when it would need neurons, else its Form right away."""
+        if T.lo == T.hi:
+            return const(f(T.lo))
+        if len(T.t) <= 1:
+            return self.fn(T, f)
+        return PendingBit(T, f)
+
+    def mat(self, x: "Form | MuxBit | PendingBit") -> Form:
+        """The Form of a bit, materialising a mux tree or a pending function (once)."""
+        if isinstance(x, PendingBit):
+            if x.form is None:
+                x.form = self.fn(x.T, x.f)
+            return x.form
         if not isinstance(x, MuxBit):
             return x
         if x.form is None:
-            terms = [(lin([(1, v)] + [(1, lit) for lit in lits], -len(lits)), 1)
-                     for lits, v in x.leaves]
+            terms = []
+            for lits, v in x.leaves:
+                n = len(lits)
+                gated = None
+                if isinstance(v, PendingBit) and v.form is None:
+                    gated = self.gated_terms(v, lits)
+                if gated is not None:
+                    terms += gated
+                else:
+                    terms.append((lin([(1, self.mat(v))] + [(1, lit) for lit in lits], -n), 1))
             x.form = self.relu_sum(terms, 0, 1)
         return x.form
+
+    def gated_terms(self, v: PendingBit, lits: tuple[Form, ...]
+                    ) -> list[tuple[Form, int]] | None:
+        """Neurons computing v.f(v.T) * AND(lits), or None when no gate slope keeps every
+        weight within 8 significant bits."""
+        from backends.exact import sig_bits
+        f0, cd = thresholds(v.T, v.f)
+        n = len(lits)
+        out = []
+        for cth, k in cd.items():
+            for M in range(max(1, v.T.hi - cth), 4096):
+                T = lin([(1, v.T)] + [(M, lit) for lit in lits], -cth - M * n)
+                if sig_bits(T.c) <= 8 and all(sig_bits(w) <= 8 for w in T.t.values()):
+                    out.append((T, k))
+                    break
+            else:
+                return None
+        if f0:
+            out.append((lin([(1, lit) for lit in lits], 1 - n), f0))
+        return out
 
     def mux_lazy(self, s: Form, x: Form | MuxBit, y: Form | MuxBit) -> Form | MuxBit:
         """s ? y : x as a MuxBit (fused with the trees of x and y while they stay small)."""
@@ -388,7 +458,11 @@ class Lowerer:
         if x is y:
             return x
 
-        def leaves(v: Form | MuxBit) -> list[tuple[tuple[Form, ...], Form]]:
+        def leaves(v):
+            if isinstance(v, PendingBit):
+                if v.form is None:
+                    return [((), v)]
+                v = v.form
             if isinstance(v, MuxBit):
                 if v.form is None and len(v.leaves) <= MUX_LEAVES // 2:
                     return v.leaves
@@ -431,7 +505,7 @@ class Lowerer:
         elif op in (Op.AND, Op.OR, Op.XOR):
             f = {Op.AND: lambda v: int(v >= 2), Op.OR: lambda v: int(v >= 1),
                  Op.XOR: lambda v: v & 1}[op]
-            r = [self.fn(lin([(1, x), (1, y)]), f) for x, y in zip(A[0], A[1])]
+            r = [self.pending(lin([(1, x), (1, y)]), f) for x, y in zip(A[0], A[1])]
         elif op in (Op.ADD, Op.SUB):
             r = self.add_bits(A[0], A[1], op is Op.SUB)
         elif op is Op.MUL:
@@ -522,22 +596,37 @@ class Lowerer:
         return cur
 
     def mul_bits(self, a: Sequence[Form], b: Sequence[Form]) -> list[Form]:
+        """Low W bits of a*b: partial-product ANDs (one stage), column compression with
+        counters (each column's bit count, as binary, goes to the next columns: heights
+        W -> log2(W+1) -> ... -> 2), then one adder."""
         W = len(a)
-        rows = []
+        AND = lambda v: int(v >= 2)
+        cols: list[list[Form]] = [[] for _ in range(W)]
         for j in range(W):
-            if b[j].is_const and b[j].c == 0:
-                continue
-            row = [const(0)] * j + [self.fn(lin([(1, a[i]), (1, b[j])]), lambda v: int(v >= 2))
-                                    for i in range(W - j)]
-            rows.append(row)
-        if not rows:
-            return [const(0)] * W
-        while len(rows) > 1:
-            nxt = [self.add_bits(rows[i], rows[i + 1], False) for i in range(0, len(rows) - 1, 2)]
-            if len(rows) % 2:
-                nxt.append(rows[-1])
-            rows = nxt
-        return rows[0]
+            for i in range(W - j):
+                p = self.fn(lin([(1, a[i]), (1, b[j])]), AND)
+                if not (p.is_const and p.c == 0):
+                    cols[i + j].append(p)
+        for _ in range(16):
+            if all(len(col) <= 2 for col in cols):
+                break
+            new: list[list[Form]] = [[] for _ in range(W)]
+            for k, col in enumerate(cols):
+                if len(col) <= 2:
+                    new[k].extend(col)
+                    continue
+                T = lin([(1, x) for x in col])
+                nb = max(1, T.hi.bit_length())
+                outs = self.fns(T, [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
+                for q, o in enumerate(outs):
+                    if k + q < W and not (o.is_const and o.c == 0):
+                        new[k + q].append(o)
+            cols = new
+        r0 = [col[0] if col else const(0) for col in cols]
+        r1 = [col[1] if len(col) > 1 else const(0) for col in cols]
+        if all(x.is_const and x.c == 0 for x in r1):
+            return r0
+        return self.add_bits(r0, r1, False)
 
     # ---- memories --------------------------------------------------------------------------
     def plan(self, name: str) -> MemPlan:

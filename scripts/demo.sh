@@ -19,7 +19,7 @@ deltachip compile examples/gcd/gcd.hdl -o "$out/gcd" --target compact --dtype bf
 deltachip check "$out/gcd" --steps 40
 
 echo "== 3. C on the RISC-V machine: calc"
-deltachip firmware build firmware/calc/*.c -o "$out/calc.elf" -O2
+deltachip firmware build calc -o "$out/calc.elf" -O2
 for expr in '2**100' '-7 // 2' '(1/3 + 1/6) * 4'; do
   printf '%s = ' "$expr"
   deltachip run "$out/calc.elf" --input "$expr"

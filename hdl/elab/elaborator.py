@@ -35,14 +35,23 @@ class Elaborator(ExprMixin, StmtMixin):
     module instances and circuits are handled here; expressions and statements in the mixins."""
 
     def build_globals(self, f: FileCtx) -> None:
-        """Fill ``f.scope``: imported names first, then the file's own declarations."""
+        """Fill ``f.scope``: imported names first (a name declared by two imported files is
+        an error), then the file's own declarations (which hide imported ones)."""
         if f.globals_done:
             return
         f.globals_done = True
-        for sub in f.imports:
+        came_from: dict[str, FileCtx] = {}
+        for sub, at in f.imports:
             self.build_globals(sub)
             for name in sub.scope.locs:          # the imported file's own declarations
-                f.scope.syms.setdefault(name, sub.scope.syms[name])
+                sym = sub.scope.syms[name]
+                first = f.scope.syms.setdefault(name, sym)
+                if first is not sym:
+                    self.err(at, f"'{name}' is declared by both {came_from[name].name} and "
+                                 f"{sub.name}: rename one, or import only one",
+                             [(came_from[name].scope.locs[name], "declared here"),
+                              (sub.scope.locs[name], "and here")])
+                came_from.setdefault(name, sub)
         own: dict[str, Loc] = {}
 
         def declare(name: str, sym: Any, loc: Loc) -> None:

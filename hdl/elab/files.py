@@ -27,7 +27,7 @@ class FileCtx:
     name: str
     dir: Path
     source: ast.SourceFile
-    imports: list["FileCtx"] = field(default_factory=list)
+    imports: list[tuple["FileCtx", Loc]] = field(default_factory=list)   # (file, import stmt)
     scope: Scope = field(default_factory=Scope)
     globals_done: bool = False
 
@@ -114,7 +114,7 @@ class Loader:
             shown = _display(path)
             sub = self.load_path(path, shown, item.loc)
             if sub is not None:
-                ctx.imports.append(sub)
+                ctx.imports.append((sub, item.loc))
 
 
 def _display(path: Path) -> str:

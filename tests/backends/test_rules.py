@@ -121,12 +121,12 @@ def test_exactness_prover_names_the_line():
     exact.prove(prog, num, "bf16")            # the real program is fine
     layer, ns = next((L, ns) for L, ns in prog.mlp.items() if ns)
     n = ns[0]
-    n.gate = Form(n.gate.c, n.gate.t, -300, 300)
+    n.gate = Form(n.gate.c, n.gate.t, -300, 300)     # may reach +300
     with pytest.raises(exact.ExactnessError) as e:
         exact.prove(prog, num, "bf16")
     assert str(e.value).startswith(f"{c.nodes[n.node].loc}: error: cannot prove the compiled "
                                    f"weights exact: a neuron in layer {layer} has pre-activation "
-                                   "range [-300, 300] (must stay within +-256)")
+                                   "range [-300, 300] (must stay within [-2^14, 256])")
 
 
 def test_lane_reuse_keeps_results_exact(tmp_path):

@@ -484,3 +484,21 @@ def test_empty_and_binary_files(tmp_path, monkeypatch, content, message):
     with pytest.raises(CompileError) as info:
         load_circuit("empty.hdl")
     assert str(info.value) == message
+
+
+def test_a_name_declared_by_two_imports(tmp_path, monkeypatch):
+    """Regression: the first import silently won, so `import "mine.hdl"` could be ignored."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.hdl").write_text("module inc (in a: u8, out y: u8) { y = a + 1; }\n")
+    (tmp_path / "b.hdl").write_text("const K = 1;\nmodule inc (in a: u8, out y: u8) { y = a; }\n")
+    (tmp_path / "t.hdl").write_text('import "a.hdl";\nimport "b.hdl";\nimport "a.hdl";\n'
+                                    "circuit C { token T(v: u8) halt; next = T(v: inc(K)); }\n")
+    with pytest.raises(CompileError) as info:
+        load_circuit("t.hdl")
+    assert str(info.value) == golden("""
+        t.hdl:2:1: error: 'inc' is declared by both a.hdl and b.hdl: rename one, or import only one
+        import "b.hdl";
+        ^
+        a.hdl:1:1: note: declared here
+        b.hdl:2:1: note: and here
+        """)

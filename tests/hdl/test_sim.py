@@ -498,3 +498,25 @@ def test_token_vocabulary_numbering():
         assert c.token_id(c.token_from_id(tid)) == tid
     with pytest.raises(ValueError, match=r"token id 385 is outside the vocabulary 0..384"):
         c.token_from_id(385)
+
+
+@pytest.mark.parametrize("suffix", [".hex", ".bin"])
+def test_any_image_file_loads_or_raises_image_error(tmp_path, suffix):
+    """Random bytes and mangled hex text: the image reader returns fitting words or raises
+    ImageError (a UserError), nothing else."""
+    from hypothesis import given, settings, strategies as st
+    path = tmp_path / f"img{suffix}"
+    text = st.text(alphabet="0123456789abcdefxX_ -+/\n\r\tzé\ufeff", max_size=60)
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.one_of(st.binary(max_size=40), text.map(str.encode)), st.integers(1, 64),
+           st.integers(1, 20))
+    def check(data, width, depth):
+        path.write_bytes(data)
+        try:
+            words = load_image(path, width, depth, "m")
+        except ImageError as e:
+            assert str(e) and e.problem
+            return
+        assert len(words) <= depth and all(0 <= w < 1 << width for w in words)
+    check()
