@@ -351,8 +351,11 @@ class Lowerer:
             if T.hi > MAX_SPAN or T.lo < MIN_PRE:
                 raise LoweringError(f"{self.loc()}: internal: pre-activation out of range")
         layer = self.place(self.slot_of(T for T, _ in live), len(live))
-        llo = sum(min(k * max(0, T.lo), k * T.hi) for T, k in live)
-        lhi = sum(max(k * max(0, T.lo), k * T.hi) for T, k in live)
+        if linear:          # the lane holds the result minus the linear part: bound it
+            llo = sum(min(k * max(0, T.lo), k * T.hi) for T, k in live)
+            lhi = sum(max(k * max(0, T.lo), k * T.hi) for T, k in live)
+        else:               # the lane holds the result itself, known to lie in [lo, hi]
+            llo, lhi = lo, hi
         lane = self.new_lane(2 * layer + 1, llo, lhi)
         neurons = self.mlp.setdefault(layer, [])
         for T, k in live:
@@ -391,15 +394,29 @@ class Lowerer:
         return res
 
     def add_bits(self, a: Sequence[Form], b: Sequence[Form], sub: bool) -> list[Form]:
+        """a + b (or a - b = a + ~b + 1), W bits. Bits 0..6 are read straight off the chunk
+        sum sum(2^k (a_k + b_k)) + cin (<= 255): one stage. Bits 7..13 likewise from their
+        chunk sum plus the carry into bit 7 (one sign-network stage): two stages. Higher bits
+        are parity(a_i + b_i + c_i) with c_i from the two-stage carry-sign network."""
         W = len(a)
         bb = [lin([(-1, x)], 1) if sub else x for x in b]
+        cin = 1 if sub else 0
         e = [const(1 if sub else -1)] + [lin([(1, a[j]), (1, bb[j])], -1) for j in range(W)]
-        carries = {0: const(1 if sub else 0)}
-        if W > 1:
-            carries.update(self.prefix_pos(e, list(range(1, W))))
-        parity = lambda v: v & 1
-        return [self.pending(lin([(1, a[i]), (1, bb[i]), (1, carries[i])]), parity)
-                for i in range(W)]
+        want = ([7] if W > 7 else []) + list(range(14, W))
+        carries = self.prefix_pos(e, want) if want else {}
+        out = []
+        for i in range(W):
+            if i < 14:
+                k0 = 0 if i < 7 else 7
+                c0: list[tuple[int, Form]] = [(1, carries[7])] if k0 else []
+                T = lin([(1 << (k - k0), a[k]) for k in range(k0, i + 1)] +
+                        [(1 << (k - k0), bb[k]) for k in range(k0, i + 1)] + c0,
+                        cin if k0 == 0 else 0)
+                out.append(self.pending(T, lambda v, q=i - k0: (v >> q) & 1))
+            else:
+                out.append(self.pending(lin([(1, a[i]), (1, bb[i]), (1, carries[i])]),
+                                        lambda v: v & 1))
+        return out
 
     def pending(self, T: Form, f: Callable[[int], int]) -> "Form | PendingBit":
         """f(T) as a PendingBit when it would need neurons, else its Form right away."""

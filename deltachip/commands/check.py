@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     if args.start is not None:
         starts = [parse_token(eng.circuit, args.start)] * args.batch
     rep = check_engine(eng, args.steps, args.batch, args.prefill, starts, args.mem_every)
+    for note in rep.notes:
+        print(f"note: {note}")
     for m in rep.mismatches:
         print(f"MISMATCH {m}")
     mode = "prefill" if args.prefill else "decode"
