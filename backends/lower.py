@@ -306,21 +306,15 @@ class Lowerer:
                     out[i] = const(vs[0])
                 coefs.append({})
                 continue
-            cd: dict[int, int] = {}
-            prev = 0
-            for j, dj in enumerate(d):          # threshold c = lo + j
-                if dj - prev:
-                    cd[lo + j] = dj - prev
-                prev = dj
-            coefs.append(cd)
-        thresholds = sorted({c for cd in coefs for c in cd})
-        if not thresholds:
+            coefs.append(thresholds(T, funcs[i])[1])
+        cuts = sorted({c for cd in coefs for c in cd})
+        if not cuts:
             return [o if o is not None else const(vals[i][0]) for i, o in enumerate(out)]
-        for c in thresholds:
-            if max(abs(lo - c), abs(hi - c)) > MAX_SPAN:
+        for c in cuts:
+            if hi - c > MAX_SPAN or lo - c < MIN_PRE:
                 raise LoweringError(f"{self.loc()}: internal: pre-activation range "
-                                    f"[{lo - c}, {hi - c}] exceeds +-{MAX_SPAN}")
-        layer = self.place(self.slot_of([T]), len(thresholds))
+                                    f"[{lo - c}, {hi - c}] outside [{MIN_PRE}, {MAX_SPAN}]")
+        layer = self.place(self.slot_of([T]), len(cuts))
         lanes: dict[int, int] = {}
         for i, cd in enumerate(coefs):
             if out[i] is not None:
@@ -330,7 +324,7 @@ class Lowerer:
             lanes[i] = self.new_lane(2 * layer + 1, min(g), max(g))
             out[i] = Form(vs[0], {lanes[i]: 1}, min(vs), max(vs))
         neurons = self.mlp.setdefault(layer, [])
-        for c in thresholds:
+        for c in cuts:
             o = {lanes[i]: cd[c] for i, cd in enumerate(coefs) if c in cd and i in lanes}
             neurons.append(Neuron(lin([(1, T)], -c), o, self.cur))
         return out  # type: ignore[return-value]

@@ -97,8 +97,10 @@ def plot(chip: dict, path: str) -> None:
     ax[0].bar(xs, [lay["neurons"] for lay in layers])
     ax[0].set_title(f"MLP neurons (of {chip['shapes']['intermediate']})")
     ax[1].bar(xs, [lay["key_heads"] for lay in layers], color="tab:orange")
+    ax[1].set_ylim(0, max(1, chip["shapes"]["key_heads"]))
     ax[1].set_title(f"GDN key heads (of {chip['shapes']['key_heads']})")
     for a in ax:
         a.set_xlabel("layer")
+        a.set_xticks(list(xs))
     fig.tight_layout()
     fig.savefig(path)

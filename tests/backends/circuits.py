@@ -31,7 +31,7 @@ def counter(width: int = 8, limit: int = 9) -> Circuit:
 
 
 def alu(width: int = 8) -> Circuit:
-    """Op(a, b, op) -> Res(r) then Res -> Op(r, a, op+1): exercises every ALU op.
+    """Op(a, b, op) -> Op(r, r ^ a*b, op+1): exercises every ALU op and MUL.
 
     op (3 bits) selects a+b, a-b, a&b, a|b, a^b, a<<b, a>>b, (a<b)|(a==b)<<1|(a<s b)<<2."""
     c = Circuit("Alu", L)
@@ -59,8 +59,7 @@ def alu(width: int = 8) -> Circuit:
     res = lvl[0]
     op1 = c.add(Op.ADD, 3, (op, c.add(Op.CONST, 3, param=1)))
     mixed = c.add(Op.XOR, W, (res, c.add(Op.MUL, W, (a, b))))
-    c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), mixed, a, op1) if False else
-          (c.add(Op.CONST, 1, param=0), res, mixed, op1))
+    c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), res, mixed, op1))
     c.check()
     return c
 
