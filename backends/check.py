@@ -95,23 +95,15 @@ def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = Fals
                          "be inexact: transformers' chunked kernel scales q by d_k**-0.5; use "
                          "bf16 or decode")
     if prefill:
-        streams, mems = [], []
-        for b, sim in enumerate(sims):
-            toks = sim.run(starts[b], steps)
-            streams.append(toks)
+        streams = [sim.run(starts[b], steps) for b, sim in enumerate(sims)]
+        n = min(len(s) for s in streams)        # rows are cut to the shortest stream
+        ids = torch.tensor([[eng.token_id(t) for t in s[:n]] for s in streams])
+        # the memories after the n-1 steps that fed the last position: a fresh run that long
+        mems = []
+        for b in range(batch):
+            sim = Simulator(c, eng.roms)
+            sim.run(starts[b], n - 1)
             mems.append(sim.memories)
-        n = min(len(s) for s in streams)
-        streams = [s[:n] for s in streams]
-        ids = torch.tensor([[eng.token_id(t) for t in s] for s in streams])
-        # final memories for the truncated streams: re-run to n-1 steps
-        if any(len(s) != n for s in streams) or True:
-            mems = []
-            for b in range(batch):
-                sim = Simulator(c, eng.roms)
-                tok = starts[b]
-                for _ in range(n - 1):
-                    tok = sim.step(tok).next
-                mems.append(sim.memories)
         pred, cache = eng.prefill(ids)
         for b in range(batch):
             for t in range(n - 1):

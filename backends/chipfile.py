@@ -2,7 +2,8 @@
 
 Takes / gives: :class:`hdl.ir.Circuit` <-> a JSON-able dict (``circuit_to_json`` /
 ``circuit_from_json``). Memory images are stored apart (``chip.json`` "roms"), not in the
-nodes. Round trip is exact: same nodes, params, locations, names, kinds and memories.
+nodes. Round trip is exact: same nodes, params, locations, names, kinds (fields with their enum
+types) and memories.
 """
 from __future__ import annotations
 
@@ -13,6 +14,19 @@ from hdl.ir import Circuit, Field, Loc, Memory, Node, Op, Token, TokenKind
 
 def _loc(loc: Loc) -> list:
     return [loc.file, loc.line, loc.col]
+
+
+def _field_to_json(f: Field) -> list:
+    """``[name, width, signed, enum]``; enum is null or ``[enum name, [[member, value], ...]]``."""
+    enum = None if f.enum is None else [f.enum[0], [list(m) for m in f.enum[1]]]
+    return [f.name, f.width, f.signed, enum]
+
+
+def _field_from_json(d: list) -> Field:
+    name, width, signed, enum = d
+    if enum is not None:
+        enum = (enum[0], tuple((m, v) for m, v in enum[1]))
+    return Field(name, width, signed, enum)
 
 
 def circuit_to_json(c: Circuit) -> dict[str, Any]:
@@ -32,7 +46,7 @@ def circuit_to_json(c: Circuit) -> dict[str, Any]:
         "memories": [{"name": m.name, "kind": m.kind, "width": m.width, "depth": m.depth,
                       "loc": _loc(m.loc), "image": m.image} for m in c.memories.values()],
         "kinds": [{"name": k.name, "loc": _loc(k.loc), "halt": k.halt,
-                   "fields": [[f.name, f.width, f.signed] for f in k.fields]} for k in c.kinds],
+                   "fields": [_field_to_json(f) for f in k.fields]} for k in c.kinds],
         "start": None if c.start is None else [c.start.kind, list(c.start.fields)],
         "names": c.names,
     }
@@ -52,7 +66,7 @@ def circuit_from_json(d: dict[str, Any], images: dict[str, list[int]] | None = N
         c.memories[m["name"]] = Memory(m["name"], m["kind"], m["width"], m["depth"],
                                        Loc(*m["loc"]), m["image"],
                                        tuple(images.get(m["name"], ())))
-    c.kinds = [TokenKind(k["name"], tuple(Field(*f) for f in k["fields"]), Loc(*k["loc"]),
+    c.kinds = [TokenKind(k["name"], tuple(_field_from_json(f) for f in k["fields"]), Loc(*k["loc"]),
                          k["halt"]) for k in d["kinds"]]
     if d["start"] is not None:
         c.start = Token(d["start"][0], tuple(d["start"][1]))

@@ -15,6 +15,7 @@ import torch
 
 from hdl.ir import Circuit
 from backends import emit, exact, lanes
+from backends.checkpoint import prepare_output, write_checkpoint
 from backends.lower import Program
 from backends.schedule import schedule
 from backends.target import Target, get_target
@@ -54,15 +55,19 @@ def compile_circuit(c: Circuit, target: str | Target = "compact", dtype: str = "
     cfg = emit.config_dict(prog, num, prog.n_layers, info["inter"], info["nk"], info["vocab"], dtype)
     emit.complete_state_dict(cfg, sd, emit.DTYPES[dtype])
     nz = emit.nonzero_counts(sd)
-    chip = emit.chip_json(prog, num, info, dtype, nz, images)
+    chip = emit.chip_json(prog, num, info, dtype, nz, images, cfg)
     return Compiled(prog, num, sd, cfg, chip)
 
 
 def compile_to_dir(c: Circuit, out_dir: str | Path, target: str | Target = "compact",
                    dtype: str = "bf16", roms: dict[str, list[int]] | None = None,
                    progress: Callable[[str], None] | None = None) -> Compiled:
+    """Compile ``c`` and write the checkpoint directory ``out_dir`` (see
+    :mod:`backends.checkpoint`: an ``out_dir`` that is a file, or a directory that is neither
+    empty nor a previous checkpoint, is refused before any work)."""
+    prepare_output(out_dir)
     comp = compile_circuit(c, target, dtype, roms, progress)
     if progress:
         progress("writing checkpoint")
-    emit.write_checkpoint(out_dir, comp.config, comp.state_dict, comp.chip, dtype)
+    write_checkpoint(out_dir, comp.config, comp.state_dict, comp.chip, emit.DTYPES[dtype])
     return comp

@@ -2,8 +2,7 @@
 
 Takes: the Program, the dtype. Gives: :class:`Numerics` (every scale constant, all powers
 of two), the state dict (names exactly as ``Qwen3_5ForCausalLM`` uses them), the config and
-``chip.json``; :func:`write_checkpoint` writes ``config.json``, ``model.safetensors`` and
-``chip.json`` into a directory atomically (temp directory, then rename).
+``chip.json`` (:mod:`backends.checkpoint` writes them into a directory).
 
 Layout of the residual stream: dims ``0 .. n_b-1`` hold the ballast B_res on every token;
 lane ``l`` of the Program is dim ``n_b + l``. Every pre-norm multiplies by exactly
@@ -25,25 +24,19 @@ the normalised ballast ``cb = sqrt(H / n_b)`` as its bias input.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
-
 from hdl.ir import Circuit
+from backends.checkpoint import FORMAT, FORMAT_VERSION
 from backends.chipfile import circuit_to_json
 from backends.lower import Form, Program, lin
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 ZSEL = 256      # z gate slope: an unselected packed word gets z <= Z - 256 (silu = -0.0)
-FORMAT = "deltachip-chip/1"
 
 
 @dataclass(frozen=True)
@@ -142,12 +135,9 @@ def complete_state_dict(config: dict[str, Any], sd: dict[str, torch.Tensor],
 
 def token_table(c: Circuit) -> list[dict[str, Any]]:
     """Per kind: id offset, payload bits and fields (payload = fields, first field lowest)."""
-    out, off = [], 0
-    for k in c.kinds:
-        out.append({"name": k.name, "offset": off, "payload_bits": k.payload_bits,
-                    "halt": k.halt, "fields": [[f.name, f.width, f.signed] for f in k.fields]})
-        off += 1 << k.payload_bits
-    return out
+    return [{"name": k.name, "offset": off, "payload_bits": k.payload_bits, "halt": k.halt,
+             "fields": [[f.name, f.width, f.signed] for f in k.fields]}
+            for k, off in zip(c.kinds, c.kind_offsets())]
 
 
 def _finish(sd: dict[str, torch.Tensor], dtype: str) -> None:
@@ -179,7 +169,7 @@ def build(prog: Program, dtype: str = "fp32"
     sd: dict[str, torch.Tensor] = {}
     z = lambda *s: torch.zeros(*s, dtype=torch.float32)
     kinds = token_table(c)
-    vocab = sum(1 << k["payload_bits"] for k in kinds)
+    vocab = c.vocab_size
     # ---- embedding ----
     E = z(vocab, H)
     E[:, :num.n_b] = 2.0 ** num.b_res
@@ -345,35 +335,11 @@ def nonzero_counts(sd: dict[str, torch.Tensor]) -> dict[str, int]:
     return {k: int((v != 0).sum()) for k, v in sd.items()}
 
 
-def write_checkpoint(out_dir: str | Path, config: dict[str, Any], sd: dict[str, torch.Tensor],
-                     chip: dict[str, Any], dtype: str) -> None:
-    """Write config.json, model.safetensors (in ``dtype``) and chip.json atomically."""
-    out_dir = Path(out_dir)
-    parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
-    try:
-        td = DTYPES[dtype]
-        tensors = {k: v.to(td).contiguous() for k, v in sd.items()}
-        sd.clear()
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (tmp / "chip.json").write_text(json.dumps(chip) + "\n")
-        old = None
-        if out_dir.exists():
-            old = parent / f".{out_dir.name}.old-{os.getpid()}"
-            os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
-              nonzero: dict[str, int], roms: dict[str, list[int]]) -> dict[str, Any]:
-    """The description ``check`` and the engines need (and a human can read)."""
+              nonzero: dict[str, int], roms: dict[str, list[int]],
+              config: dict[str, Any]) -> dict[str, Any]:
+    """The description ``check`` and the engines need (and a human can read); ``config`` is
+    the config.json written beside it (kept, so a config that does not match is caught)."""
     t = prog.target
     c = prog.circuit
     layers = []
@@ -386,6 +352,7 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
             "nonzero_weights": sum(v for k, v in nonzero.items() if k.startswith(pre))})
     return {
         "format": FORMAT,
+        "format_version": FORMAT_VERSION,
         "target": {"name": t.name, **{k: v for k, v in asdict(t).items() if k != "name"}},
         "dtype": dtype,
         "numerics": asdict(num),
@@ -405,4 +372,5 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "nonzero_weights": sum(nonzero.values()),
         "circuit": circuit_to_json(c),
         "roms": {k: list(map(int, v)) for k, v in roms.items()},
+        "config": config,
     }

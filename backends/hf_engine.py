@@ -1,6 +1,7 @@
 """Engine "hf": run a compiled chip in transformers' own ``Qwen3_5ForCausalLM``.
 
-Takes: a compiled directory (config.json, model.safetensors, chip.json). Gives:
+Takes: a compiled directory (config.json, model.safetensors, chip.json; a missing, corrupt,
+outdated or mismatched one is a :class:`backends.checkpoint.ChipDirError`). Gives:
 :class:`HFEngine` with token <-> id conversion, :meth:`HFEngine.new_cache` (every GDN layer's
 recurrent state preloaded: ROM images written straight into it, RAMs zero), one-token
 :meth:`HFEngine.decode_step`, whole-sequence :meth:`HFEngine.prefill`, and
@@ -11,7 +12,6 @@ The model is loaded with ``AutoModelForCausalLM.from_pretrained`` and run unmodi
 """
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,26 +20,11 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.utils import logging as hf_logging
 
-from deltachip.errors import UserError
 from hdl.ir import Circuit, Token
+from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_weights_file,
+                                 load_chip_json)
 from backends.chipfile import circuit_from_json
-from backends.emit import DTYPES, FORMAT
-
-
-class ChipDirError(UserError):
-    """The directory is not a compiled chip."""
-
-
-def load_chip_json(path: str | Path) -> dict[str, Any]:
-    p = Path(path) / "chip.json"
-    try:
-        chip = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ChipDirError(f"{path}: not a compiled chip directory (cannot read chip.json: "
-                           f"{e.__class__.__name__})") from e
-    if chip.get("format") != FORMAT:
-        raise ChipDirError(f"{p}: unknown format {chip.get('format')!r} (expected {FORMAT})")
-    return chip
+from backends.emit import DTYPES
 
 
 class HFEngine:
@@ -53,38 +38,55 @@ class HFEngine:
         if self.dtype_name not in DTYPES:
             raise ChipDirError(f"unknown dtype '{self.dtype_name}' (expected bf16 or fp32)")
         self.dtype = DTYPES[self.dtype_name]
-        self.roms = {k: list(v) for k, v in self.chip["roms"].items()}
-        self.roms.update(roms or {})
-        self.circuit: Circuit = circuit_from_json(self.chip["circuit"], self.roms)
-        hf_logging.set_verbosity_error()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype)
+        try:
+            self.roms = {k: list(v) for k, v in self.chip["roms"].items()}
+            self.roms.update(roms or {})
+            self.circuit: Circuit = circuit_from_json(self.chip["circuit"], self.roms)
+            self.circuit.check()
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise ChipDirError(f"{self.path / 'chip.json'}: corrupt (cannot rebuild the circuit: "
+                               f"{e.__class__.__name__}: {e}): {RECOMPILE}") from None
+        check_config(path, self.chip)
+        check_weights_file(path)
+        self.model = self._load_model()
         self.model.eval()
         self.config = self.model.config
-        self.kinds = self.chip["tokens"]["kinds"]
         self.num = self.chip["numerics"]
         self.tgt = self.chip["target"]
 
-    # ---- tokens ------------------------------------------------------------------------
+    def _load_model(self) -> torch.nn.Module:
+        """The checkpoint in transformers; ChipDirError when its tensors do not fit the config
+        (missing, unexpected or mis-shaped weights)."""
+        hf_logging.set_verbosity_error()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    str(self.path), dtype=self.dtype, output_loading_info=True,
+                    ignore_mismatched_sizes=True)
+        except (OSError, ValueError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+            raise ChipDirError(f"{self.path}: transformers cannot load the checkpoint ({first}): "
+                               f"{RECOMPILE}") from None
+        problems = [f"{k[0]} is {list(k[1])}, config.json makes it {list(k[2])}"
+                    for k in sorted(info.get("mismatched_keys") or ())]
+        problems += [f"{k} is missing" for k in sorted(info.get("missing_keys") or ())]
+        problems += [f"{k} is not in the model" for k in sorted(info.get("unexpected_keys") or ())]
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ChipDirError(f"{self.path / 'model.safetensors'} does not fit config.json: "
+                               f"{problems[0]}{more}: {RECOMPILE}")
+        return model
+
+    # ---- tokens (the circuit's own numbering, which the embedding and lm_head follow) -------
     def token_id(self, tok: Token) -> int:
-        k = self.kinds[tok.kind]
-        p, bit = 0, 0
-        for (_, w, _), v in zip(k["fields"], tok.fields):
-            p |= (v & ((1 << w) - 1)) << bit
-            bit += w
-        return k["offset"] + p
+        """The vocabulary id of ``tok`` (:meth:`hdl.ir.Circuit.token_id`)."""
+        return self.circuit.token_id(tok)
 
     def token_of(self, tid: int) -> Token:
-        for ki, k in enumerate(self.kinds):
-            if k["offset"] <= tid < k["offset"] + (1 << k["payload_bits"]):
-                p = tid - k["offset"]
-                fields, bit = [], 0
-                for _, w, _ in k["fields"]:
-                    fields.append((p >> bit) & ((1 << w) - 1))
-                    bit += w
-                return Token(ki, tuple(fields))
-        raise ValueError(f"token id {tid} out of range")
+        """The token of id ``tid`` (:meth:`hdl.ir.Circuit.token_from_id`; ValueError outside
+        the vocabulary)."""
+        return self.circuit.token_from_id(tid)
 
     # ---- state ---------------------------------------------------------------------------
     def _rom_states(self) -> dict[int, dict[int, torch.Tensor]]:

@@ -2,7 +2,9 @@
 
 Takes: a directory written by ``deltachip compile``, a step count, a dtype, a batch size,
 ``--prefill``, an optional start token. Gives: every mismatch (position, signal, both values)
-on stdout and a summary line; exit 0 only when there are none (1 otherwise; bad input 2).
+on stdout and a summary line; exit 0 only when there are none (1 otherwise; bad input 2,
+including a directory that is missing, corrupt, truncated, from an older format or whose
+config.json does not match its chip.json: see :mod:`backends.checkpoint`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ from the GDN recurrent state."""
 EPILOG = """examples:
   deltachip check build/counter --steps 64
   deltachip check build/gcd --steps 200 --dtype fp32 --batch 4
-  deltachip check build/gcd --steps 200 --prefill --start 'Start a=48 b=18'
+  deltachip check build/gcd --steps 200 --prefill --start 'Step a=48 b=18'
+  deltachip check build/stack --steps 40 --mem-every 10
+
+(build/counter, build/gcd and build/stack as made by the examples of `deltachip compile`.)
 
 Decode (default) is greedy: each next token is the model's argmax, fed back. --prefill feeds
 the simulator's token stream in one call and compares every position's argmax. Memories are

@@ -4,25 +4,34 @@ Takes: a ``.hdl`` file (its top circuit or ``--top NAME``), ``-o DIR``, a target
 ``qwen3.5-4b`` or a Qwen3.5 config.json), a dtype, optional ROM images and a plot path.
 Gives: DIR/config.json + model.safetensors (``AutoModelForCausalLM.from_pretrained(DIR)``
 loads it) + chip.json, written atomically; a summary table on stdout. Exit 0; bad input or
-a circuit that breaks the depth rule is a UserError (status 2).
+a circuit that breaks the depth rule is a UserError (status 2). ``-o`` and ``--plot`` are
+checked before any work: ``-o`` must be new, an empty directory or a previous checkpoint
+(nothing else is replaced), and the plot is written to a temporary file, then renamed.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+from contextlib import ExitStack
+from pathlib import Path
 
 from deltachip.errors import UserError
+from deltachip.outputs import replace_on_success
 
 DESCRIPTION = """Compile a circuit into the weights of Qwen3.5 decoder layers: one clock step per
 token, memories in Gated DeltaNet state, logic in SwiGLU MLPs, bit-exact in bf16 and fp32."""
 
 EPILOG = """examples:
   deltachip compile examples/counter/counter.hdl -o build/counter
-  deltachip compile cpu.hdl --top Core -o build/core --target qwen3.5-4b --dtype bf16
-  deltachip compile gcd.hdl -o build/gcd --target my_qwen/config.json --plot gcd.png
+  deltachip compile examples/gcd/gcd.hdl -o build/gcd --plot build/gcd.png
+  deltachip compile examples/stack_machine/stack_machine.hdl -o build/stack --dtype fp32 --rom prog=examples/stack_machine/program.hex
+  deltachip compile examples/counter/counter.hdl -o build/counter-4b --target qwen3.5-4b
 
 The directory holds config.json, model.safetensors and chip.json (token ids, memory
 placement, per-layer usage, the circuit itself and its ROM images), so that
-`deltachip check DIR` needs nothing else.
+`deltachip check DIR` needs nothing else. DIR must be new, empty, or a previous checkpoint
+(which is replaced once the new one is complete). --target also takes the path of a
+Qwen3.5 config.json (its shapes); --plot needs the `plot` extra (matplotlib).
 """
 
 
@@ -45,28 +54,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
     from deltachip.commands.sim import load_circuit
+    from backends.checkpoint import prepare_output
     from backends.compiler import compile_to_dir
-    from hdl.sim import load_image
+    from hdl.sim import load_rom_specs
     console = Console(stderr=True)
+    prepare_output(args.output)
     circuit = load_circuit(args.file, args.top)
     if not circuit.kinds:
         raise UserError(f"{args.file}: '{circuit.name}' is a module, not a circuit: "
                         "compile a circuit (token kinds and `next`)")
-    roms: dict[str, list[int]] = {}
-    for spec in args.rom:
-        name, eq, file = spec.partition("=")
-        if not eq or name not in circuit.memories:
-            raise UserError(f"--rom {spec}: expected NAME=FILE with NAME one of the circuit's "
-                            f"memories ({', '.join(circuit.memories) or 'none'})")
-        m = circuit.memories[name]
-        roms[name] = load_image(file, m.width, m.depth, name)
-    with console.status("compiling") as status:
-        comp = compile_to_dir(circuit, args.output, args.target, args.dtype, roms,
-                              progress=lambda s: status.update(s))
-    chip = comp.chip
-    table = Table(title=f"{circuit.name} -> {args.output} ({chip['target']['name']}, {args.dtype})")
+    roms = load_rom_specs(args.rom, circuit.memories, circuit.name)
+    with ExitStack() as stack:
+        plot_tmp = stack.enter_context(_plot_output(args.plot)) if args.plot else None
+        with console.status("compiling") as status:
+            comp = compile_to_dir(circuit, args.output, args.target, args.dtype, roms,
+                                  progress=lambda s: status.update(s))
+        _summary(comp.chip, circuit.name, args)
+        if plot_tmp is not None:
+            plot(comp.chip, plot_tmp, Path(args.plot).suffix[1:].lower())
+    return 0
+
+
+def _summary(chip: dict, name: str, args: argparse.Namespace) -> None:
+    """The per-layer table and the shapes line, on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"{name} -> {args.output} ({chip['target']['name']}, {args.dtype})")
     for col in ("layer", "neurons", "key heads", "memories", "nonzero weights"):
         table.add_column(col, justify="right")
     for i, lay in enumerate(chip["layers"]):
@@ -78,19 +92,29 @@ def run(args: argparse.Namespace) -> int:
           f"({chip['lanes']['count']} lanes + {chip['lanes']['ballast']} ballast), "
           f"MLP {sh['intermediate']}, key heads {sh['key_heads']}, vocab {chip['tokens']['vocab']}, "
           f"nonzero weights {chip['nonzero_weights']:,}")
-    if args.plot:
-        plot(chip, args.plot)
-    return 0
 
 
-def plot(chip: dict, path: str) -> None:
-    """Bar charts of neurons and key heads per layer."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise UserError("--plot needs matplotlib: pip install 'deltachip[plot]'") from e
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def _plot_output(path: str):
+    """Check ``--plot PATH`` before compiling: matplotlib present, a known image suffix, a
+    writable place; gives the context of :func:`deltachip.outputs.replace_on_success`."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UserError("--plot needs matplotlib, which is not installed: "
+                        "pip install 'deltachip[plot]'")
+    suffix = Path(path).suffix[1:].lower()
+    if suffix not in PLOT_FORMATS:
+        raise UserError(f"--plot {path}: unknown image type '{Path(path).suffix}' "
+                        f"(use {', '.join('.' + f for f in PLOT_FORMATS)})")
+    return replace_on_success(path, "--plot: ")
+
+
+def plot(chip: dict, path: str | Path, fmt: str = "png") -> None:
+    """Bar charts of neurons and key heads per layer, written to ``path`` as ``fmt``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     layers = chip["layers"]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
     xs = range(len(layers))
@@ -103,4 +127,5 @@ def plot(chip: dict, path: str) -> None:
         a.set_xlabel("layer")
         a.set_xticks(list(xs))
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, format=fmt)
+    plt.close(fig)

@@ -105,3 +105,43 @@ def test_chip_json_describes_the_chip(built):
     assert chip["nonzero_weights"] > 0
     assert len(chip["layers"]) == chip["shapes"]["layers"]
     assert chip["circuit"]["name"] == "Ram"
+
+
+ENUM_SOURCE = """
+enum Op { ADD, SUB, NEG = 5 }
+
+circuit Calc {
+    token T(op: Op, x: u4);
+    token Done halt;
+    start T(op: Op.ADD, x: 1);
+
+    match tok {
+        T => {
+            match tok.T.op {
+                Op.ADD => { next = T(op: Op.SUB, x: tok.T.x + 3); }
+                Op.SUB => { next = T(op: Op.NEG, x: tok.T.x - 1); }
+                _ => { next = Done(); }
+            }
+        }
+        Done => { next = Done(); }
+    }
+}
+"""
+
+
+def test_enum_fields_survive_the_checkpoint(tmp_path, capsys):
+    """chip.json keeps each field's enum, so `check` reads and prints members by name."""
+    from backends.chipfile import circuit_from_json, circuit_to_json
+    from backends.hf_engine import HFEngine
+    from deltachip.cli import main
+    from hdl.frontend import load_source
+    from hdl.sim import format_token
+    c = load_source(ENUM_SOURCE, "calc.hdl")
+    back = circuit_from_json(json.loads(json.dumps(circuit_to_json(c))))
+    assert back.kinds == c.kinds
+    assert back.kinds[0].fields[0].enum == ("Op", (("ADD", 0), ("SUB", 1), ("NEG", 5)))
+    compile_to_dir(c, tmp_path / "calc", dtype="fp32")
+    eng = HFEngine(tmp_path / "calc")
+    assert format_token(eng.circuit, Token(0, (5, 2))) == "T op=NEG x=2"
+    assert main(["check", str(tmp_path / "calc"), "--steps", "5", "--start", "T op=SUB x=9"]) == 0
+    assert capsys.readouterr().out.startswith("OK: 3 positions")

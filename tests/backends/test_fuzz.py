@@ -17,7 +17,6 @@ import ir_fuzz  # noqa: E402
 
 from backends.check import check_dir  # noqa: E402
 from backends.compiler import compile_to_dir  # noqa: E402
-from backends.emit import token_table  # noqa: E402
 from backends.schedule import DepthRuleError  # noqa: E402
 
 hf_logging.disable_progress_bar()
@@ -28,7 +27,7 @@ def small_circuit(seed: int):
     rng = random.Random(seed)
     c = ir_fuzz.random_circuit(rng, n_nodes=rng.randint(10, 30), max_width=rng.choice((4, 8, 12)),
                                n_kinds=rng.randint(1, 3), n_memories=rng.randint(0, 2))
-    if sum(1 << k["payload_bits"] for k in token_table(c)) > 4096:
+    if c.vocab_size > 4096:
         return None, None, None
     from backends.schedule import check_depth_rule
     try:
@@ -48,17 +47,24 @@ def run_case(seed: int, dtype: str, tmp: Path) -> None:
     assert rep.ok, (seed, [str(m) for m in rep.mismatches])
 
 
-@settings(max_examples=6, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10 ** 6), dtype=st.sampled_from(["bf16", "fp32"]))
+def fuzz(examples: int, slow: bool = False):
+    """A differential fuzz test over (seed, dtype): ``examples`` cases; the default-run ones
+    derandomized (the same seeds every run), the slow ones drawn afresh."""
+    def wrap(test):
+        test = given(seed=st.integers(0, 10 ** (9 if slow else 6)),
+                     dtype=st.sampled_from(["bf16", "fp32"]))(test)
+        test = settings(max_examples=examples, deadline=None, derandomize=not slow,
+                        suppress_health_check=[HealthCheck.function_scoped_fixture])(test)
+        return pytest.mark.slow(test) if slow else test
+    return wrap
+
+
+@fuzz(6)
 def test_random_circuits_match_simulator(tmp_path, seed, dtype):
     run_case(seed, dtype, tmp_path)
 
 
-@pytest.mark.slow
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10 ** 9), dtype=st.sampled_from(["bf16", "fp32"]))
+@fuzz(150, slow=True)
 def test_random_circuits_match_simulator_many(tmp_path, seed, dtype):
     run_case(seed, dtype, tmp_path)
 
@@ -112,16 +118,11 @@ def run_module_case(seed: int, dtype: str, tmp: Path) -> None:
     assert rep.ok, (seed, [str(m) for m in rep.mismatches])
 
 
-@settings(max_examples=3, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10 ** 6), dtype=st.sampled_from(["bf16", "fp32"]))
+@fuzz(3)
 def test_random_wide_logic_matches_simulator(tmp_path, seed, dtype):
     run_module_case(seed, dtype, tmp_path)
 
 
-@pytest.mark.slow
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10 ** 9), dtype=st.sampled_from(["bf16", "fp32"]))
+@fuzz(60, slow=True)
 def test_random_wide_logic_matches_simulator_many(tmp_path, seed, dtype):
     run_module_case(seed, dtype, tmp_path)

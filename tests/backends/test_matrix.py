@@ -93,14 +93,19 @@ def starts(cid: str, c: Circuit, batch: int) -> list[Token]:
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """``get(cid, target, dtype)`` -> (compiled dir, circuit): one compile per key per
-    module; a compile error is kept and raised again for every case that needs it. The
-    directories (up to a few GB each for qwen3.5-4b) are deleted when the module ends."""
+    module; a compile error is kept and raised again for every case that needs it.
+    Directories are up to a few GB each for qwen3.5-4b, so only the current circuit's are
+    kept (cases run circuit by circuit): compiling another circuit deletes the others'."""
     from backends.compiler import compile_to_dir
     cache: dict[tuple[str, str, str], tuple[Path, Circuit] | BaseException] = {}
 
     def get(cid: str, target: str, dtype: str) -> tuple[Path, Circuit]:
         key = (cid, target, dtype)
         if key not in cache:
+            for k in [k for k in cache if k[0] != cid]:
+                got = cache.pop(k)
+                if isinstance(got, tuple):
+                    shutil.rmtree(got[0].parent, ignore_errors=True)
             c = CIRCUITS[cid]()
             gb = wrappers.estimated_gb(c, target)
             if gb > MEM_GB:
