@@ -97,6 +97,14 @@ def test_output_dir_that_is_not_a_checkpoint_is_refused(tmp_path, capsys, counte
     assert "(it holds 'chip.json'); refusing to replace it" in _err(capsys)
 
 
+def test_output_that_is_a_symlink_is_refused(tmp_path, capsys, counter_dir):
+    link = tmp_path / "link"
+    link.symlink_to(counter_dir, target_is_directory=True)
+    assert main(["compile", str(COUNTER), "-o", str(link)]) == 2
+    assert _err(capsys) == f"-o {link}: is a symbolic link; give the directory itself"
+    assert link.is_symlink()
+
+
 def test_output_under_a_file_is_refused(tmp_path, capsys):
     f = tmp_path / "f"
     f.write_text("x")
