@@ -16,7 +16,7 @@ deltachip sim examples/gcd/gcd.hdl --steps 100
 
 echo "== 2. compile it into Qwen3.5 weights and check them in transformers"
 deltachip compile examples/gcd/gcd.hdl -o "$out/gcd" --target compact --dtype bf16
-deltachip check "$out/gcd" --steps 40
+deltachip check "$out/gcd" --steps 40 --start 'Step a=144 b=233'
 
 echo "== 3. C on the RISC-V machine: calc"
 deltachip firmware build calc -o "$out/calc.elf" -O2
