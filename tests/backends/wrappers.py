@@ -164,10 +164,11 @@ def _wrappers() -> list[Wrapper]:
 WRAPPERS: list[Wrapper] = _wrappers()
 
 
-#: Peak resident bytes per dense weight when compiling (fp32 state dict) and then loading a
-#: chip. Measured for qwen3.5-4b, bf16: example.counter 4.3 GB peak RSS for 0.67 G weights,
-#: stdlib.bits.sign_extend 5.1 GB for 0.81 G weights (both 6.4 bytes per weight).
-BYTES_PER_WEIGHT = 6.4
+#: Peak resident bytes per dense weight when compiling (each layer cast to the dtype as it is
+#: built). Measured for qwen3.5-4b with `/usr/bin/time -v deltachip compile`: example.gcd bf16
+#: 9.8 GB peak RSS for 3.8 G dense weights (2.6 bytes per weight); fp32 is about twice that
+#: (example.stack_machine: 10.7 GB fp32 vs 6.3 GB bf16).
+BYTES_PER_WEIGHT = 2.6
 
 
 def estimated_gb(c: Circuit, target: str) -> float:
