@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from deltachip.errors import UserError
+from deltachip.outputs import os_reason
 
 FORMAT = "deltachip-chip"
 FORMAT_VERSION = 2          # 2: enum fields in the circuit, the config copy, format_version
@@ -40,11 +41,6 @@ class OutputDirError(UserError):
     """The ``-o`` path cannot take a checkpoint without destroying something."""
 
 
-def _why(e: OSError) -> str:
-    return "Not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) \
-        else (e.strerror or str(e))
-
-
 def _read_json(path: Path, what: str) -> Any:
     """The JSON in ``path``; ChipDirError when it is missing, unreadable or not JSON."""
     if not path.is_file():
@@ -52,7 +48,7 @@ def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text())
     except OSError as e:
-        raise ChipDirError(f"{path}: cannot read: {_why(e)}") from None
+        raise ChipDirError(f"{path}: cannot read: {os_reason(e)}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ChipDirError(f"{path}: corrupt (not valid JSON: {e}): {RECOMPILE}") from None
 
@@ -83,7 +79,7 @@ def prepare_output(path: str | Path) -> Path:
         try:
             entries = sorted(e.name for e in p.iterdir())
         except OSError as e:
-            raise OutputDirError(f"-o {p}: cannot read the directory: {_why(e)}") from None
+            raise OutputDirError(f"-o {p}: cannot read the directory: {os_reason(e)}") from None
         if entries and not _is_checkpoint(p, entries):
             foreign = [e for e in entries if e not in FILES] or entries
             raise OutputDirError(f"-o {p}: directory is not empty and is not a deltachip "
@@ -94,7 +90,7 @@ def prepare_output(path: str | Path) -> Path:
         parent.mkdir(parents=True, exist_ok=True)
         os.rmdir(tempfile.mkdtemp(prefix=f".{p.name}.", dir=parent))     # writable?
     except OSError as e:
-        raise OutputDirError(f"-o {p}: cannot write in {parent}: {_why(e)}") from None
+        raise OutputDirError(f"-o {p}: cannot write in {parent}: {os_reason(e)}") from None
     return p
 
 

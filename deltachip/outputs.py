@@ -17,9 +17,11 @@ from typing import Iterator
 from deltachip.errors import UserError
 
 
-def _why(e: OSError) -> str:
+def os_reason(e: OSError) -> str:
+    """The words for why a file operation failed (as the user should read them)."""
     # mkdir(parents=True) on a path through a regular file raises FileExistsError
-    return "Not a directory" if isinstance(e, FileExistsError) else (e.strerror or str(e))
+    return "Not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) \
+        else (e.strerror or str(e))
 
 
 @contextmanager
@@ -40,7 +42,7 @@ def replace_on_success(path: str | Path, label: str = "",
             path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
-        raise error(f"{label}cannot write {path}: {_why(e)}") from None
+        raise error(f"{label}cannot write {path}: {os_reason(e)}") from None
     os.close(fd)
     tmp = Path(name)
     umask = os.umask(0)
@@ -51,6 +53,6 @@ def replace_on_success(path: str | Path, label: str = "",
         try:
             os.replace(tmp, path)
         except OSError as e:
-            raise error(f"{label}cannot write {path}: {_why(e)}") from None
+            raise error(f"{label}cannot write {path}: {os_reason(e)}") from None
     finally:
         tmp.unlink(missing_ok=True)
