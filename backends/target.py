@@ -23,6 +23,10 @@ class TargetError(UserError):
     """A bad ``--target`` value."""
 
 
+#: most ballast lanes a hidden width may spend (n_b * 4**k widths; 2560 = 10 * 4**4)
+MAX_BALLAST = 64
+
+
 def is_power_of_4(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0 and (n.bit_length() - 1) % 2 == 0
 
@@ -31,8 +35,11 @@ def is_power_of_4(n: int) -> bool:
 class Target:
     """Module shapes and per-layer budgets.
 
-    ``min_hidden``: the chip-only checkpoint's hidden width is the smallest ``n_b * 4**k``
-    (n_b ballast lanes, 1 <= n_b <= 5) that is >= max(min_hidden, lanes + n_b).
+    Hidden width: the smallest ``n_b * 4**k`` (n_b ballast lanes, 1 <= n_b <= 64, so every
+    pre-norm is an exact power of two) that is >= ``min_hidden`` and leaves room for the
+    ballast, the chip's lanes and ``base_hidden`` more dims: the base model's own block, kept
+    free so a merge (brief §5: "the hidden width grows by the chip's lanes") can put the base
+    beside the chip without moving a chip weight. ``base_hidden`` is 0 for ``compact``.
     ``mlp_width`` / ``k_heads``: per-layer budgets (None = sized to fit, compact only).
     ``v_per_k``: value heads per key head (GQA group)."""
     name: str
@@ -43,6 +50,7 @@ class Target:
     mlp_width: int | None = None
     conv_kernel: int = 4
     min_hidden: int = 64
+    base_hidden: int = 0
     rms_eps: float = 1e-6
 
     @property
@@ -71,13 +79,12 @@ class Target:
 
     def hidden_for(self, lanes: int) -> tuple[int, int]:
         """(hidden width, ballast lanes n_b) for ``lanes`` signal lanes."""
-        need = max(self.min_hidden, lanes + 1)
         best: tuple[int, int] | None = None
-        for n_b in (1, 2, 3, 4, 5):
-            k = 0
-            while n_b * 4 ** k < need or n_b * 4 ** k < lanes + n_b:
-                k += 1
-            h = n_b * 4 ** k
+        for n_b in range(1, MAX_BALLAST + 1):
+            need = max(self.min_hidden, self.base_hidden + lanes + n_b)
+            h = n_b * 4 ** max(0, math.ceil(math.log(need / n_b, 4) - 1e-12))
+            while h < need:             # guard the float log
+                h *= 4
             if best is None or h < best[0]:
                 best = (h, n_b)
         assert best is not None
@@ -87,7 +94,7 @@ class Target:
 COMPACT = Target("compact", d_k=64, d_v=64, v_per_k=1, k_heads=None, mlp_width=None,
                  min_hidden=64)
 QWEN35_4B = Target("qwen3.5-4b", d_k=128, d_v=128, v_per_k=2, k_heads=16, mlp_width=9216,
-                   min_hidden=2560)
+                   base_hidden=2560)
 
 
 def get_target(spec: str) -> Target:
@@ -111,7 +118,7 @@ def get_target(spec: str) -> Target:
                    d_v=int(cfg["linear_value_head_dim"]), v_per_k=nv // nk, k_heads=nk,
                    mlp_width=int(cfg["intermediate_size"]),
                    conv_kernel=int(cfg.get("linear_conv_kernel_dim", 4)),
-                   min_hidden=int(cfg["hidden_size"]), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)))
+                   base_hidden=int(cfg["hidden_size"]), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)))
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise TargetError(f"target {spec}: not a Qwen3.5 text config (missing or bad {e})") from e
     if nv % nk or t.conv_kernel < 3:

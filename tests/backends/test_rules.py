@@ -136,3 +136,19 @@ def test_lane_reuse_keeps_results_exact(tmp_path):
     assert comp.chip["lanes"]["count"] < comp.chip["lanes"]["logical"]
     rep = check_dir(tmp_path / "alu", steps=10)
     assert rep.ok, [str(m) for m in rep.mismatches]
+
+
+@pytest.mark.parametrize("lanes", [1, 11, 44, 147, 1000, 2500, 6000])
+@pytest.mark.parametrize("spec", ["compact", "qwen3.5-4b"])
+def test_hidden_width_rule(spec, lanes):
+    """The hidden width is n_b * 4^k (exact pre-norms), holds ballast + lanes, leaves the base
+    model's 2560 dims free at qwen3.5-4b, and no smaller such width would do."""
+    from backends.target import MAX_BALLAST, is_power_of_4
+    t = get_target(spec)
+    h, n_b = t.hidden_for(lanes)
+    base = 2560 if spec != "compact" else 0
+    assert h % n_b == 0 and is_power_of_4(h // n_b)
+    assert h >= base + lanes + n_b and h >= t.min_hidden
+    smaller = [nb * 4 ** k for nb in range(1, MAX_BALLAST + 1) for k in range(12)
+               if max(t.min_hidden, base + lanes + nb) <= nb * 4 ** k < h]
+    assert not smaller
