@@ -1,26 +1,34 @@
 """The compiled-chip directory: written safely, read back with clear errors.
 
-A checkpoint directory holds exactly :data:`FILES`: ``config.json`` (a stock Qwen3.5 text
-config), ``model.safetensors`` and ``chip.json`` (format :data:`FORMAT`, version
-:data:`FORMAT_VERSION`; it also carries a copy of the config, so a mismatch is caught).
+A checkpoint directory holds ``config.json`` (a stock Qwen3.5 text config), ``chip.json``
+(format :data:`FORMAT`, version :data:`FORMAT_VERSION`; it also carries a copy of the config,
+so a mismatch is caught) and the weights in one of Hugging Face's two layouts:
+``model.safetensors`` (chips under :data:`SINGLE_FILE_LIMIT` bytes), or one
+``model-0000i-of-0000N.safetensors`` shard per :class:`WeightGroup` (the embedding, each
+decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
+{"total_size": bytes}, "weight_map": {tensor: shard}}``). ``from_pretrained`` loads either.
 
 - :func:`prepare_output` takes the ``-o`` path and returns it as a Path once it is safe to
   write: absent, an empty directory, or a previous deltachip checkpoint (nothing else is ever
   replaced); else :class:`OutputDirError`. Call it before compiling, so bad paths fail fast.
-- :func:`write_checkpoint` builds the directory in a temporary directory beside the target and
-  renames it into place, so a failed or interrupted compile leaves what was there untouched.
+- :func:`write_checkpoint` builds the directory in a temporary directory beside the target,
+  one group's tensors in memory at a time, and renames it into place, so a failed or
+  interrupted compile leaves what was there untouched.
 - :func:`load_chip_json`, :func:`check_config` and :func:`check_weights_file` read a directory
-  back and raise :class:`ChipDirError` (exit 2) for a missing directory or file, a corrupt or
-  truncated one, an older format ("recompile") or a config.json that does not match.
+  back and raise :class:`ChipDirError` (exit 2) for a missing directory or file (a shard
+  included), a corrupt or truncated one, an older format ("recompile") or a config.json that
+  does not match.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -29,8 +37,34 @@ from deltachip.outputs import os_reason
 
 FORMAT = "deltachip-chip"
 FORMAT_VERSION = 2          # 2: enum fields in the circuit, the config copy, format_version
-FILES = ("config.json", "model.safetensors", "chip.json")
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+FILES = ("config.json", SINGLE, "chip.json")        # the single-file layout
+SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+SINGLE_FILE_LIMIT = 1 << 30     # bytes of weights up to which one model.safetensors is written
 RECOMPILE = "recompile it with `deltachip compile`"
+
+
+def shard_name(i: int, n: int) -> str:
+    """The Hugging Face name of shard ``i`` (0-based) of ``n``."""
+    return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+
+
+def weights_file(path: str | Path) -> Path:
+    """The file that names a checkpoint's weights: ``model.safetensors`` if present (as
+    transformers prefers it), else ``model.safetensors.index.json`` if present, else the
+    (missing) ``model.safetensors``."""
+    d = Path(path)
+    return d / INDEX if not (d / SINGLE).is_file() and (d / INDEX).is_file() else d / SINGLE
+
+
+@dataclass(frozen=True)
+class WeightGroup:
+    """One unit of the weights: ``make()`` builds its tensors (called once, when it is
+    written); ``nbytes`` is their total size, known in advance."""
+    name: str
+    nbytes: int
+    make: Callable[[], dict[str, torch.Tensor]]
 
 
 class ChipDirError(UserError):
@@ -53,10 +87,15 @@ def _read_json(path: Path, what: str) -> Any:
         raise ChipDirError(f"{path}: corrupt (not valid JSON: {e}): {RECOMPILE}") from None
 
 
+def _ours(name: str) -> bool:
+    """Whether ``name`` is a file a checkpoint directory may hold (either layout)."""
+    return name in FILES or name == INDEX or SHARD_RE.fullmatch(name) is not None
+
+
 def _is_checkpoint(d: Path, entries: list[str]) -> bool:
     """Whether directory ``d`` (holding ``entries``) is a checkpoint deltachip wrote, of any
     format version, with nothing else in it."""
-    if "chip.json" not in entries or not set(entries) <= set(FILES):
+    if "chip.json" not in entries or not all(map(_ours, entries)):
         return False
     try:
         chip = json.loads((d / "chip.json").read_text())
@@ -81,7 +120,7 @@ def prepare_output(path: str | Path) -> Path:
         except OSError as e:
             raise OutputDirError(f"-o {p}: cannot read the directory: {os_reason(e)}") from None
         if entries and not _is_checkpoint(p, entries):
-            foreign = [e for e in entries if e not in FILES] or entries
+            foreign = [e for e in entries if not _ours(e)] or entries
             raise OutputDirError(f"-o {p}: directory is not empty and is not a deltachip "
                                  f"checkpoint (it holds '{foreign[0]}'); refusing to replace "
                                  "it: choose a new or empty directory")
@@ -94,26 +133,50 @@ def prepare_output(path: str | Path) -> Path:
     return p
 
 
-def write_checkpoint(out_dir: str | Path, config: dict[str, Any], sd: dict[str, torch.Tensor],
-                     chip: dict[str, Any], dtype: torch.dtype) -> None:
-    """Write config.json, model.safetensors (tensors cast to ``dtype``; ``sd`` is emptied as
-    they are) and chip.json into ``out_dir``, all or nothing (see the module docstring)."""
+def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequence[WeightGroup],
+                     chip: Callable[[], dict[str, Any]],
+                     single_file_limit: int = SINGLE_FILE_LIMIT) -> list[str]:
+    """Write config.json, the weights of ``groups`` and chip.json into ``out_dir``, all or
+    nothing (see the module docstring), and return the weight files' names.
+
+    Up to ``single_file_limit`` bytes in all, every group goes into one model.safetensors;
+    beyond, group i becomes shard i, each built by its ``make()``, saved and freed before
+    the next, then the index is written. ``chip()`` is called after the last group (so it
+    may use what ``make()`` gathered, e.g. nonzero counts). Tensors must already be in the
+    checkpoint's dtype."""
     from safetensors.torch import save_file
     out = prepare_output(out_dir)
     parent = out.absolute().parent
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     old = None
     try:
-        tensors = {k: v.to(dtype).contiguous() for k, v in sd.items()}
-        sd.clear()
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        total = sum(g.nbytes for g in groups)
+        if total <= single_file_limit:
+            tensors: dict[str, torch.Tensor] = {}
+            for g in groups:
+                tensors.update(g.make())
+            save_file(_contiguous(tensors), str(tmp / SINGLE), metadata={"format": "pt"})
+            del tensors
+            names = [SINGLE]
+        else:
+            names = [shard_name(i, len(groups)) for i in range(len(groups))]
+            weight_map: dict[str, str] = {}
+            size = 0
+            for g, name in zip(groups, names):
+                tensors = _contiguous(g.make())
+                save_file(tensors, str(tmp / name), metadata={"format": "pt"})
+                weight_map.update(dict.fromkeys(tensors, name))
+                size += sum(t.numel() * t.element_size() for t in tensors.values())
+                del tensors
+            index = {"metadata": {"total_size": size}, "weight_map": weight_map}
+            (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (tmp / "chip.json").write_text(json.dumps(chip) + "\n")
+        (tmp / "chip.json").write_text(json.dumps(chip()) + "\n")
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)   # as mkdir and open would have made them, not
-        for name in FILES:              # mkdtemp's 0700 and safetensors' 0600
-            os.chmod(tmp / name, 0o666 & ~umask)
+        for f in tmp.iterdir():         # mkdtemp's 0700 and safetensors' 0600
+            os.chmod(f, 0o666 & ~umask)
         if out.exists():        # empty, or a previous checkpoint (prepare_output said so)
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
             os.rename(out, old / out.name)
@@ -126,6 +189,12 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], sd: dict[str, 
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    return names
+
+
+def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with each one contiguous (what save_file needs; a no-op for most)."""
+    return {k: v.contiguous() for k, v in tensors.items()}
 
 
 def load_chip_json(path: str | Path) -> dict[str, Any]:
@@ -165,14 +234,40 @@ def check_config(path: str | Path, chip: dict[str, Any]) -> None:
 
 
 def check_weights_file(path: str | Path) -> None:
-    """ChipDirError unless ``path``/model.safetensors is present and whole (its header parses
-    and its tensors cover the file exactly)."""
+    """ChipDirError unless the weights of checkpoint ``path`` are present and whole: one
+    model.safetensors, or an index whose every shard is present, parses, and holds the
+    tensors the index assigns to it. (Whether they fit config.json is checked on loading.)"""
     from safetensors import SafetensorError, safe_open
-    f = Path(path) / "model.safetensors"
+    d = Path(path)
+    f = weights_file(d)
     if not f.is_file():
+        if any(SHARD_RE.fullmatch(e.name) for e in d.iterdir()):
+            raise ChipDirError(f"{path}: {INDEX} is missing (the shards are there): {RECOMPILE}")
         raise ChipDirError(f"{path}: model.safetensors is missing: {RECOMPILE}")
-    try:
-        with safe_open(str(f), "pt"):
-            pass
-    except (SafetensorError, OSError) as e:
-        raise ChipDirError(f"{f}: corrupt or truncated ({e}): {RECOMPILE}") from None
+    if f.name == SINGLE:
+        shards: dict[str, set[str]] = {SINGLE: set()}
+    else:
+        index = _read_json(f, INDEX)
+        wmap = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(wmap, dict) or not wmap or not all(
+                isinstance(v, str) and SHARD_RE.fullmatch(v) for v in wmap.values()):
+            raise ChipDirError(f"{f}: corrupt (no weight_map of tensor names to shard files): "
+                               f"{RECOMPILE}")
+        shards = {}
+        for tensor, shard in wmap.items():
+            shards.setdefault(shard, set()).add(tensor)
+        for shard in sorted(shards):
+            if not (d / shard).is_file():
+                raise ChipDirError(f"{path}: shard {shard} is missing ({INDEX} names it): "
+                                   f"{RECOMPILE}")
+    for shard, want in sorted(shards.items()):
+        sf = d / shard
+        try:
+            with safe_open(str(sf), "pt") as fh:
+                have = set(fh.keys())
+        except (SafetensorError, OSError) as e:
+            raise ChipDirError(f"{sf}: corrupt or truncated ({e}): {RECOMPILE}") from None
+        lost = sorted(want - have)
+        if lost:
+            raise ChipDirError(f"{sf}: has no tensor {lost[0]} ({INDEX} puts it there): "
+                               f"{RECOMPILE}")

@@ -1,8 +1,12 @@
 """Emission: a scheduled :class:`backends.lower.Program` -> Qwen3.5 tensors and a checkpoint.
 
 Takes: the Program, the dtype. Gives: :class:`Numerics` (every scale constant, all powers
-of two), the state dict (names exactly as ``Qwen3_5ForCausalLM`` uses them), the config and
-``chip.json`` (:mod:`backends.checkpoint` writes them into a directory).
+of two), the config and ``chip.json`` dicts, and the tensors (names exactly as
+``Qwen3_5ForCausalLM`` uses them) one *group* at a time, so that peak memory is one group
+whatever the layer count: :func:`plan` fixes every size and shape (an :class:`Emission`),
+:func:`group_tensors` builds one group (the embedding, one chip decoder layer, or the head:
+final norm, lm_head and the zero full-attention layer) from it alone, and :mod:`backends.
+checkpoint` writes each group as it comes. :func:`build` gives the whole state dict at once.
 
 Layout of the residual stream: dims ``0 .. n_b-1`` hold the ballast B_res on every token;
 lane ``l`` of the Program is dim ``n_b + l``. Every pre-norm multiplies by exactly
@@ -25,8 +29,8 @@ the normalised ballast ``cb = sqrt(H / n_b)`` as its bias input.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,26 +117,6 @@ def config_dict(prog: Program, num: Numerics, layers: int, inter: int, nk: int, 
         full_attention_interval=layers + 1)
 
 
-def complete_state_dict(config: dict[str, Any], sd: dict[str, torch.Tensor],
-                        dtype: torch.dtype = torch.float32) -> None:
-    """Add zeros for every parameter of the model that ``sd`` lacks (the trailing
-    full-attention layer, which only exists so that caches report a sequence length and
-    ``generate()`` works; its output projection and MLP are zero, so it adds exactly 0)."""
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-    cfg = Qwen3_5TextConfig(**{k: v for k, v in config.items() if k not in ("architectures", "model_type", "dtype")})
-    with torch.device("meta"):
-        model = Qwen3_5ForCausalLM(cfg)
-    want = model.state_dict()
-    extra = set(sd) - set(want)
-    if extra:
-        raise AssertionError(f"tensors the model does not have: {sorted(extra)[:3]}")
-    for k, v in want.items():
-        if k not in sd:
-            sd[k] = torch.zeros(v.shape, dtype=dtype)
-        elif tuple(sd[k].shape) != tuple(v.shape):
-            raise AssertionError(f"{k}: built {tuple(sd[k].shape)}, model has {tuple(v.shape)}")
-
-
 def token_table(c: Circuit) -> list[dict[str, Any]]:
     """Per kind: id offset, payload bits and fields (payload = fields, first field lowest)."""
     return [{"name": k.name, "offset": off, "payload_bits": k.payload_bits, "halt": k.halt,
@@ -140,162 +124,300 @@ def token_table(c: Circuit) -> list[dict[str, Any]]:
             for k, off in zip(c.kinds, c.kind_offsets())]
 
 
+GROUP_EMBED = "embed"       # model.embed_tokens
+GROUP_HEAD = "head"         # model.norm, lm_head and the trailing zero full-attention layer
+CHUNK_ROWS = 4096           # embedding / lm_head rows built in fp32 at a time
+
+
+def layer_group(li: int) -> str:
+    """The group name of chip decoder layer ``li`` (its own shard in a sharded checkpoint)."""
+    return f"layers.{li}"
+
+
+def model_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The shape of every parameter ``Qwen3_5ForCausalLM`` has under ``config``, in the
+    model's own order (built on the meta device: no memory)."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    cfg = Qwen3_5TextConfig(**{k: v for k, v in config.items()
+                               if k not in ("architectures", "model_type", "dtype")})
+    with torch.device("meta"):
+        model = Qwen3_5ForCausalLM(cfg)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+@dataclass(frozen=True)
+class Emission:
+    """Everything a tensor of the checkpoint depends on, fixed before any tensor is built
+    (made by :func:`plan`): the Program, its numerics, the dtype, the module sizes, the
+    config.json dict and, per group (:attr:`groups`), the names and shapes of the model's
+    parameters in it. :func:`group_tensors` builds one group from this alone."""
+    prog: Program
+    num: Numerics
+    dtype: str
+    inter: int
+    nk: int
+    vocab: int
+    kinds: list[dict[str, Any]]
+    config: dict[str, Any]
+    members: dict[str, dict[str, tuple[int, ...]]]     # group -> {name: shape}
+
+    @property
+    def groups(self) -> list[str]:
+        """Group names in file order: the embedding, each chip layer, the head."""
+        return list(self.members)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The sizes :func:`chip_json` reads (inter, nk, vocab, kinds)."""
+        return {"inter": self.inter, "nk": self.nk, "vocab": self.vocab, "kinds": self.kinds}
+
+    def nbytes(self, group: str) -> int:
+        """Bytes the tensors of ``group`` take in ``dtype``."""
+        size = DTYPES[self.dtype].itemsize
+        return sum(math.prod(s) * size for s in self.members[group].values())
+
+
+def plan(prog: Program, dtype: str = "fp32", num: Numerics | None = None) -> Emission:
+    """Fix sizes, config and tensor groups for ``prog`` (``num`` defaults to
+    :func:`choose_numerics`); builds no tensor."""
+    num = num or choose_numerics(prog)
+    t = prog.target
+    L = prog.n_layers
+    inter = t.mlp_width or max([1] + [prog.neurons_in(i) for i in range(L)])
+    nk = t.k_heads or max([1] + [kh + 1 for p in prog.mems.values() for _, kh in p.banks])
+    vocab = prog.circuit.vocab_size
+    config = config_dict(prog, num, L, inter, nk, vocab, dtype)
+    members: dict[str, dict[str, tuple[int, ...]]] = {GROUP_EMBED: {}}
+    members.update({layer_group(i): {} for i in range(L)})
+    members[GROUP_HEAD] = {}
+    for name, shape in model_shapes(config).items():
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        if name.startswith("model.embed_tokens."):
+            g = GROUP_EMBED
+        elif m and int(m[1]) < L:
+            g = layer_group(int(m[1]))
+        else:
+            g = GROUP_HEAD
+        members[g][name] = shape
+    return Emission(prog, num, dtype, inter, nk, vocab, token_table(prog.circuit), config,
+                    members)
+
+
+def _exact_cast(name: str, v: torch.Tensor, dtype: str, first: int = 0) -> torch.Tensor:
+    """``v`` in ``dtype``; ExactnessError naming ``name``'s flat index (``first`` is the flat
+    index of ``v``'s first element in the whole tensor) if a value is not representable."""
+    from backends.exact import ExactnessError
+    out = v.to(DTYPES[dtype])
+    back = out.to(v.dtype)
+    if not torch.equal(back, v):
+        i = int((back != v).flatten().nonzero()[0])
+        raise ExactnessError(f"error: weight {name}[{first + i}] = {v.flatten()[i].item()!r} "
+                             f"is not representable in {dtype}")
+    return out
+
+
 def _finish(sd: dict[str, torch.Tensor], dtype: str) -> None:
     """Cast every not-yet-cast tensor to ``dtype``, proving each weight representable."""
-    from backends.exact import check_representable
     td = DTYPES[dtype]
     for k, v in sd.items():
         if v.dtype != td:
-            check_representable({k: v}, dtype)
-            sd[k] = v.to(td)
+            sd[k] = _exact_cast(k, v, dtype)
 
 
-def build(prog: Program, dtype: str = "fp32"
-          ) -> tuple[Numerics, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """(numerics, state dict in ``dtype``, sizes, {}); each layer is cast to ``dtype`` as
-    soon as it is built (with the representability check), to bound peak memory."""
-    num = choose_numerics(prog)
-    t = prog.target
-    c = prog.circuit
-    H = num.hidden
-    L = prog.n_layers
-    K, KQ, VS, Z, BV = (2.0 ** x for x in (num.k, num.kq, num.vs, num.z, num.b_v))
-    inter = t.mlp_width or max([1] + [prog.neurons_in(i) for i in range(L)])
-    nk = t.k_heads or max([1] + [kh + 1 for p in prog.mems.values() for _, kh in p.banks])
-    g = t.v_per_k
-    nv, dk, dv = nk * g, t.d_k, t.d_v
-    kd, vd = nk * dk, nv * dv
-    kern = t.conv_kernel
-    sd: dict[str, torch.Tensor] = {}
-    z = lambda *s: torch.zeros(*s, dtype=torch.float32)
-    kinds = token_table(c)
-    vocab = c.vocab_size
-    # ---- embedding ----
-    E = z(vocab, H)
+def _embedding(em: Emission) -> dict[str, torch.Tensor]:
+    """model.embed_tokens.weight, built CHUNK_ROWS rows at a time straight into ``dtype``."""
+    num, prog, H = em.num, em.prog, em.num.hidden
+    name = "model.embed_tokens.weight"
+    E = torch.zeros(em.vocab, H, dtype=DTYPES[em.dtype])
     E[:, :num.n_b] = 2.0 ** num.b_res
-    for ki, k in enumerate(kinds):
-        ids = torch.arange(1 << k["payload_bits"])
-        rows = slice(k["offset"], k["offset"] + len(ids))
-        for i, ln in enumerate(prog.kind_lanes):
-            E[rows, num.n_b + prog.dim(ln)] = float((ki >> i) & 1)
-        bit = 0
-        for fl in prog.field_lanes[ki]:
-            for ln in fl:
-                E[rows, num.n_b + prog.dim(ln)] = ((ids >> bit) & 1).float()
-                bit += 1
-    sd["model.embed_tokens.weight"] = E
-    # ---- layers ----
+    for ki, k in enumerate(em.kinds):
+        n = 1 << k["payload_bits"]
+        for lo in range(0, n, CHUNK_ROWS):
+            ids = torch.arange(lo, min(n, lo + CHUNK_ROWS))
+            blk = torch.zeros(len(ids), H, dtype=torch.float32)
+            blk[:, :num.n_b] = 2.0 ** num.b_res
+            for i, ln in enumerate(prog.kind_lanes):
+                blk[:, num.n_b + prog.dim(ln)] = float((ki >> i) & 1)
+            bit = 0
+            for fl in prog.field_lanes[ki]:
+                for ln in fl:
+                    blk[:, num.n_b + prog.dim(ln)] = ((ids >> bit) & 1).float()
+                    bit += 1
+            r0 = k["offset"] + lo
+            E[r0:r0 + len(ids)] = _exact_cast(name, blk, em.dtype, r0 * H)
+    return {name: E}
+
+
+def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
+    """Every tensor of chip decoder layer ``li`` (GDN memories, MLP neurons), in ``dtype``."""
+    prog, num, t = em.prog, em.num, em.prog.target
+    H = num.hidden
+    K, KQ, VS, Z, BV = (2.0 ** x for x in (num.k, num.kq, num.vs, num.z, num.b_v))
+    g = t.v_per_k
+    nv, dk, dv = em.nk * g, t.d_k, t.d_v
+    kd, vd = em.nk * dk, nv * dv
+    kern = t.conv_kernel
+    z = lambda *s: torch.zeros(*s, dtype=torch.float32)
     wout = BV * math.sqrt(num.n_bv) / (math.sqrt(dv) * VS * Z)
     assert math.log2(wout).is_integer(), wout
-    for li in range(L):
-        pre = f"model.layers.{li}."
-        qkv = _Mat(2 * kd + vd, H, num, prog)
-        zp = _Mat(vd, H, num, prog)
-        out = z(H, vd)
-        conv = z(2 * kd + vd, 1, kern)
-        conv[:kd, 0, kern - 1] = 1.0                 # queries: current token
-        conv[kd:, 0, kern - 2] = 1.0                 # keys, values: previous token
-        for p in prog.mems.values():
-            if not any(bl == li for bl, _ in p.banks):
-                continue
-            ports = p.reads if p.reads else [None]
-            wr = p.writes[0] if p.writes else None
-            for pi, port in enumerate(ports):
-                for rb in range(p.rowblocks):
-                    for sl in range(p.slices):
-                        bl, kh = p.bank(pi, rb, sl)
-                        if bl != li:
-                            continue
-                        nrows = -(-p.depth // (1 << p.pack))
-                        for i in range(p.rows):
-                            a = rb * p.rows + i
-                            if a >= nrows:
+    sd: dict[str, torch.Tensor] = {}
+    pre = f"model.layers.{li}."
+    qkv = _Mat(2 * kd + vd, H, num, prog)
+    zp = _Mat(vd, H, num, prog)
+    out = z(H, vd)
+    conv = z(2 * kd + vd, 1, kern)
+    conv[:kd, 0, kern - 1] = 1.0                 # queries: current token
+    conv[kd:, 0, kern - 2] = 1.0                 # keys, values: previous token
+    for p in prog.mems.values():
+        if not any(bl == li for bl, _ in p.banks):
+            continue
+        ports = p.reads if p.reads else [None]
+        wr = p.writes[0] if p.writes else None
+        for pi, port in enumerate(ports):
+            for rb in range(p.rowblocks):
+                for sl in range(p.slices):
+                    bl, kh = p.bank(pi, rb, sl)
+                    if bl != li:
+                        continue
+                    nrows = -(-p.depth // (1 << p.pack))
+                    for i in range(p.rows):
+                        a = rb * p.rows + i
+                        if a >= nrows:
+                            break
+                        if port is not None:
+                            f = addr_match(port.addr[p.pack:], a)
+                            if f is not None:
+                                qkv.form(kh * dk + i, f, KQ)
+                        if wr is not None:
+                            f = addr_match(wr.addr, a, [wr.en])
+                            if f is not None:
+                                qkv.form(kd + kh * dk + i, f, KQ)
+                    if t.two_hot and port is not None:
+                        qkv.w[kh * dk + dk - 1, 0] += KQ / 2.0 ** num.cb
+                    for v in range(g):
+                        vh = kh * g + v
+                        col0 = 2 * kd + vh * dv
+                        zp.w[vh * dv:(vh + 1) * dv, 0] = Z / 2.0 ** num.cb
+                        if wr is not None:
+                            qkv.w[col0:col0 + num.n_bv, 0] = BV / 2.0 ** num.cb
+                        for j in range(dv - num.n_bv):
+                            rbit = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
+                            wi, b = divmod(rbit, p.width)
+                            if wi >= 1 << p.pack:
                                 break
+                            if wr is not None:
+                                qkv.form(col0 + num.n_bv + j, wr.data[b], VS)
                             if port is not None:
-                                f = addr_match(port.addr[p.pack:], a)
-                                if f is not None:
-                                    qkv.form(kh * dk + i, f, KQ)
-                            if wr is not None:
-                                f = addr_match(wr.addr, a, [wr.en])
-                                if f is not None:
-                                    qkv.form(kd + kh * dk + i, f, KQ)
-                        if t.two_hot and port is not None:
-                            qkv.w[kh * dk + dk - 1, 0] += KQ / 2.0 ** num.cb
-                        for v in range(g):
-                            vh = kh * g + v
-                            col0 = 2 * kd + vh * dv
-                            zp.w[vh * dv:(vh + 1) * dv, 0] = Z / 2.0 ** num.cb
-                            if wr is not None:
-                                qkv.w[col0:col0 + num.n_bv, 0] = BV / 2.0 ** num.cb
-                            for j in range(dv - num.n_bv):
-                                rbit = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
-                                wi, b = divmod(rbit, p.width)
-                                if wi >= 1 << p.pack:
-                                    break
-                                if wr is not None:
-                                    qkv.form(col0 + num.n_bv + j, wr.data[b], VS)
-                                if port is not None:
-                                    out[num.n_b + prog.dim(port.lanes[b]), vh * dv + num.n_bv + j] = wout
-                                    if p.pack:      # z gate: this column's word is selected
-                                        sel = addr_match(port.addr[:p.pack], wi)
-                                        zrow = vh * dv + num.n_bv + j
-                                        zp.w[zrow] = 0.0
-                                        zp.form(zrow, lin([(ZSEL, sel)], Z - ZSEL), 1.0)
-        sd[pre + "linear_attn.in_proj_qkv.weight"] = qkv.w
-        sd[pre + "linear_attn.conv1d.weight"] = conv
-        sd[pre + "linear_attn.in_proj_z.weight"] = zp.w
-        bw = z(nv, H)
-        bw[:, 0] = 1024.0 / 2.0 ** num.cb
-        sd[pre + "linear_attn.in_proj_b.weight"] = bw
-        sd[pre + "linear_attn.in_proj_a.weight"] = z(nv, H)
-        sd[pre + "linear_attn.dt_bias"] = torch.full((nv,), -1024.0)
-        sd[pre + "linear_attn.A_log"] = z(nv)
-        sd[pre + "linear_attn.norm.weight"] = torch.ones(dv)
-        sd[pre + "linear_attn.out_proj.weight"] = out
-        gate, up = _Mat(inter, H, num, prog), z(inter, H)
-        down = z(H, inter)
-        for ni, n in enumerate(prog.mlp.get(li, [])):
-            gate.form(ni, n.gate, K)
-            up[ni, 0] = 1.0 / (K * 2.0 ** num.cb)
-            for ln, w in n.out.items():
-                down[num.n_b + prog.dim(ln), ni] += w
-        sd[pre + "mlp.gate_proj.weight"] = gate.w
-        sd[pre + "mlp.up_proj.weight"] = up
-        sd[pre + "mlp.down_proj.weight"] = down
-        del gate, up, down, qkv, zp, out
-        _finish(sd, dtype)
-        sd[pre + "input_layernorm.weight"] = z(H)
-        sd[pre + "post_attention_layernorm.weight"] = z(H)
-    sd["model.norm.weight"] = z(H)
-    # ---- lm_head ----
-    head = _Mat(vocab, H, num, prog)
+                                out[num.n_b + prog.dim(port.lanes[b]), vh * dv + num.n_bv + j] = wout
+                                if p.pack:      # z gate: this column's word is selected
+                                    sel = addr_match(port.addr[:p.pack], wi)
+                                    zrow = vh * dv + num.n_bv + j
+                                    zp.w[zrow] = 0.0
+                                    zp.form(zrow, lin([(ZSEL, sel)], Z - ZSEL), 1.0)
+    sd[pre + "linear_attn.in_proj_qkv.weight"] = qkv.w
+    sd[pre + "linear_attn.conv1d.weight"] = conv
+    sd[pre + "linear_attn.in_proj_z.weight"] = zp.w
+    bw = z(nv, H)
+    bw[:, 0] = 1024.0 / 2.0 ** num.cb
+    sd[pre + "linear_attn.in_proj_b.weight"] = bw
+    sd[pre + "linear_attn.in_proj_a.weight"] = z(nv, H)
+    sd[pre + "linear_attn.dt_bias"] = torch.full((nv,), -1024.0)
+    sd[pre + "linear_attn.A_log"] = z(nv)
+    sd[pre + "linear_attn.norm.weight"] = torch.ones(dv)
+    sd[pre + "linear_attn.out_proj.weight"] = out
+    del qkv, zp, out
+    _finish(sd, em.dtype)                       # the attention half in dtype before the MLP
+    gate, up = _Mat(em.inter, H, num, prog), z(em.inter, H)
+    down = z(H, em.inter)
+    for ni, n in enumerate(prog.mlp.get(li, [])):
+        gate.form(ni, n.gate, K)
+        up[ni, 0] = 1.0 / (K * 2.0 ** num.cb)
+        for ln, w in n.out.items():
+            down[num.n_b + prog.dim(ln), ni] += w
+    sd[pre + "mlp.gate_proj.weight"] = gate.w
+    sd[pre + "mlp.up_proj.weight"] = up
+    sd[pre + "mlp.down_proj.weight"] = down
+    del gate, up, down
+    _finish(sd, em.dtype)
+    sd[pre + "input_layernorm.weight"] = z(H)
+    sd[pre + "post_attention_layernorm.weight"] = z(H)
+    return sd
+
+
+def _head(em: Emission) -> dict[str, torch.Tensor]:
+    """model.norm and lm_head.weight (built CHUNK_ROWS rows at a time into ``dtype``)."""
+    num, prog, H = em.num, em.prog, em.num.hidden
+    name = "lm_head.weight"
+    head = torch.zeros(em.vocab, H, dtype=DTYPES[em.dtype])
     nkb = len(prog.out_kind)
-    kind_part = []
-    for ki in range(len(kinds)):
-        f = lin([(2 * (2 * ((ki >> i) & 1) - 1), x) for i, x in enumerate(prog.out_kind)],
-                -sum(2 * ((ki >> i) & 1) - 1 for i in range(nkb)))
-        kind_part.append(f)
-    for ki, k in enumerate(kinds):
+    for ki, k in enumerate(em.kinds):
+        kind_part = lin([(2 * (2 * ((ki >> i) & 1) - 1), x) for i, x in enumerate(prog.out_kind)],
+                        -sum(2 * ((ki >> i) & 1) - 1 for i in range(nkb)))
+        kf = _Mat(1, H, num, prog)
+        kf.form(0, kind_part, 1.0)
         ys = [y for fl in prog.out_fields[ki] for y in fl]
         P = len(ys)
-        ids = torch.arange(1 << P)
-        S = (2 * ((ids[:, None] >> torch.arange(P)[None, :]) & 1) - 1).float()   # [2^P, P]
-        M = z(P, H)
-        cst = z(P)
+        M = torch.zeros(P, H)
+        cst = torch.zeros(P)
         for j, y in enumerate(ys):
             for ln, w in y.t.items():
                 M[j, num.n_b + prog.dim(ln)] += 2 * w * 2.0 ** num.m
             cst[j] = 2 * y.c - 1
-        rows = slice(k["offset"], k["offset"] + (1 << P))
-        head.w[rows] = S @ M if P else 0.0
-        head.w[rows, 0] += ((S @ cst) - P) / 2.0 ** num.cb if P else 0.0
-        kf = _Mat(1, H, num, prog)
-        kf.form(0, kind_part[ki], 1.0)
-        head.w[rows] += kf.w[0]
-    sd["lm_head.weight"] = head.w
-    info = {"inter": inter, "nk": nk, "vocab": vocab, "kinds": kinds}
-    _finish(sd, dtype)
-    return num, sd, info, {}
+        for lo in range(0, 1 << P, CHUNK_ROWS):
+            ids = torch.arange(lo, min(1 << P, lo + CHUNK_ROWS))
+            S = (2 * ((ids[:, None] >> torch.arange(P)[None, :]) & 1) - 1).float()   # [n, P]
+            blk = S @ M if P else torch.zeros(len(ids), H)
+            if P:
+                blk[:, 0] += ((S @ cst) - P) / 2.0 ** num.cb
+            blk += kf.w[0]
+            r0 = k["offset"] + lo
+            head[r0:r0 + len(ids)] = _exact_cast(name, blk, em.dtype, r0 * H)
+    return {"model.norm.weight": torch.zeros(H, dtype=DTYPES[em.dtype]), name: head}
+
+
+def group_tensors(em: Emission, group: str) -> dict[str, torch.Tensor]:
+    """Every tensor of ``group`` (one of ``em.groups``), in ``em.dtype``, in the model's
+    order: the emitted ones plus zeros for every parameter the chip does not use (the
+    trailing full-attention layer, which only exists so that caches report a sequence
+    length and ``generate()`` works; its o_proj and MLP are zero, so it adds exactly 0).
+    Raises ExactnessError for a weight the dtype cannot hold."""
+    if group == GROUP_EMBED:
+        sd = _embedding(em)
+    elif group == GROUP_HEAD:
+        sd = _head(em)
+    else:
+        sd = _layer(em, int(group.removeprefix("layers.")))
+    want = em.members[group]
+    extra = set(sd) - set(want)
+    if extra:
+        raise AssertionError(f"tensors the model does not have: {sorted(extra)[:3]}")
+    td = DTYPES[em.dtype]
+    out: dict[str, torch.Tensor] = {}
+    for name, shape in want.items():
+        v = sd.pop(name, None)
+        if v is None:
+            v = torch.zeros(shape, dtype=td)
+        elif tuple(v.shape) != shape:
+            raise AssertionError(f"{name}: built {tuple(v.shape)}, model has {shape}")
+        out[name] = v if v.dtype == td else _exact_cast(name, v, em.dtype)
+    return out
+
+
+def build(prog: Program, dtype: str = "fp32"
+          ) -> tuple[Numerics, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """(numerics, the whole state dict in ``dtype`` (every parameter of the model, the zero
+    full-attention layer included), sizes, {}) in memory: for tests and small chips; a
+    checkpoint is written group by group (:func:`plan`, :func:`group_tensors`)."""
+    em = plan(prog, dtype)
+    return em.num, state_dict(em), em.info, {}
+
+
+def state_dict(em: Emission) -> dict[str, torch.Tensor]:
+    """Every group's tensors in one dict (what one model.safetensors holds)."""
+    sd: dict[str, torch.Tensor] = {}
+    for g in em.groups:
+        sd.update(group_tensors(em, g))
+    return sd
 
 
 def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
@@ -332,7 +454,8 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
 
 
 def nonzero_counts(sd: dict[str, torch.Tensor]) -> dict[str, int]:
-    return {k: int((v != 0).sum()) for k, v in sd.items()}
+    """{name: how many of its weights are not zero} (count_nonzero: no mask or int64 copy)."""
+    return {k: int(torch.count_nonzero(v)) for k, v in sd.items()}
 
 
 def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,

@@ -1,7 +1,8 @@
 """Engine "hf": run a compiled chip in transformers' own ``Qwen3_5ForCausalLM``.
 
-Takes: a compiled directory (config.json, model.safetensors, chip.json; a missing, corrupt,
-outdated or mismatched one is a :class:`backends.checkpoint.ChipDirError`). Gives:
+Takes: a compiled directory (config.json, chip.json, and model.safetensors or its shards
+with model.safetensors.index.json; a missing, corrupt, outdated or mismatched one is a
+:class:`backends.checkpoint.ChipDirError`). Gives:
 :class:`HFEngine` with token <-> id conversion, :meth:`HFEngine.new_cache` (every GDN layer's
 recurrent state preloaded: ROM images written straight into it, RAMs zero), one-token
 :meth:`HFEngine.decode_step`, whole-sequence :meth:`HFEngine.prefill`, and
@@ -22,7 +23,7 @@ from transformers.utils import logging as hf_logging
 
 from hdl.ir import Circuit, Token
 from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_weights_file,
-                                 load_chip_json)
+                                 load_chip_json, weights_file)
 from backends.chipfile import circuit_from_json
 from backends.emit import DTYPES
 
@@ -74,7 +75,7 @@ class HFEngine:
         problems += [f"{k} is not in the model" for k in sorted(info.get("unexpected_keys") or ())]
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise ChipDirError(f"{self.path / 'model.safetensors'} does not fit config.json: "
+            raise ChipDirError(f"{weights_file(self.path)} does not fit config.json: "
                                f"{problems[0]}{more}: {RECOMPILE}")
         return model
 
