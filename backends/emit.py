@@ -487,6 +487,7 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
                               "banks": [list(b) for b in p.banks], "key_heads": p.kheads,
                               "read_ports": len(p.reads), "write_ports": len(p.writes)}
                      for p in prog.mems.values()},
+        "schedule": prog.sched,
         "lanes": {"count": prog.n_dims, "logical": len(prog.lanes), "ballast": num.n_b,
                   "token": {ln.label: num.n_b + prog.dim(i) for i, ln in enumerate(prog.lanes)
                             if ln.slot < 0}},

@@ -206,6 +206,7 @@ class Program:
     node_slot: dict[int, int]               # IR node -> slot where its value is complete
     phys: list[int] = field(default_factory=list)   # lane -> residual dim (after ballast)
     n_phys: int = 0
+    sched: dict | None = None   # retiming outcome (backends.retime): dims before/after, moves
 
     def dim(self, lane: int) -> int:
         """Physical residual dim of ``lane``, not counting the ballast dims."""

@@ -65,10 +65,10 @@ def decode_rate(path: Path, steps: int, repeats: int) -> float:
 def figures(name: str, c: Circuit, target: str, dtype: str, steps: int, repeats: int,
             mem_gb: float) -> list[str]:
     """One table row for circuit ``c`` compiled for ``target``."""
-    gb = wrappers.estimated_gb(c, target)
+    gb = wrappers.estimated_gb(c, target, dtype)
     if gb > mem_gb:
         return [name, target, str(len(c.nodes)),
-                f"skipped: needs ~{gb:.0f} GB to compile (dense weights), over --mem-gb {mem_gb:g}"]
+                f"skipped: needs ~{gb:.0f} GB to load (dense weights), over --mem-gb {mem_gb:g}"]
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         comp = compile_to_dir(c, Path(tmp) / "chip", target=target, dtype=dtype)

@@ -70,14 +70,16 @@ def run(args: argparse.Namespace) -> int:
         with console.status("compiling") as status:
             comp = compile_to_dir(circuit, args.output, args.target, args.dtype, roms,
                                   progress=lambda s: status.update(s))
-        _summary(comp.chip, circuit.name, args)
+        _summary(comp.chip, circuit.name, args, getattr(comp.program, "sched", None))
         if plot_tmp is not None:
             plot(comp.chip, plot_tmp, Path(args.plot).suffix[1:].lower())
     return 0
 
 
-def _summary(chip: dict, name: str, args: argparse.Namespace) -> None:
-    """The per-layer table and the shapes line, on stdout."""
+def _summary(chip: dict, name: str, args: argparse.Namespace,
+             sched: dict | None = None) -> None:
+    """The per-layer table, the shapes line and (given the retiming record ``sched`` of
+    :func:`backends.retime.retime`) the lanes line, on stdout."""
     from rich.console import Console
     from rich.table import Table
     table = Table(title=f"{name} -> {args.output} ({chip['target']['name']}, {args.dtype})")
@@ -92,6 +94,16 @@ def _summary(chip: dict, name: str, args: argparse.Namespace) -> None:
           f"({chip['lanes']['count']} lanes + {chip['lanes']['ballast']} ballast), "
           f"MLP {sh['intermediate']}, key heads {sh['key_heads']}, vocab {chip['tokens']['vocab']}, "
           f"nonzero weights {chip['nonzero_weights']:,}")
+    if sched:
+        print(sched_line(sched))
+
+
+def sched_line(sched: dict) -> str:
+    """One line on retiming, e.g. ``lanes: 35 (ASAP 44), 9 neurons moved to later layers``."""
+    moved = sched["moved_neurons"]
+    how = (f"{moved} neuron{'s' * (moved != 1)} moved to later layers" if moved
+           else "ASAP kept (retiming found no saving)")
+    return f"lanes: {sched['dims']} (ASAP {sched['asap_dims']}), {how}"
 
 
 PLOT_FORMATS = ("png", "svg", "pdf")

@@ -135,3 +135,17 @@ def self_feeding_ram() -> Circuit:
     c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, param=0), inc), loc=loc(7))
     c.check()
     return c
+
+
+def config_target(path, hidden: int = 256, inter: int = 96, nk: int = 2, nv: int = 4,
+                  dk: int = 128, dv: int | None = None) -> str:
+    """Write a small Qwen3.5 text config (the shapes a ``--target CONFIG.json`` reads) to
+    ``path`` and return it as a target spec."""
+    import json
+    cfg = {"text_config": {"hidden_size": hidden, "intermediate_size": inter,
+                           "linear_num_key_heads": nk, "linear_num_value_heads": nv,
+                           "linear_key_head_dim": dk, "linear_value_head_dim": dv or dk,
+                           "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    return str(path)

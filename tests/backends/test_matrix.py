@@ -10,10 +10,10 @@ default run holds the cheap corner of the matrix, for every circuit: compact/bf1
 batch 1, compact/fp32/decode/batch 1 and compact/bf16/prefill/batch 4. Everything else is
 ``slow`` (``pytest tests/backends/test_matrix.py -m slow``).
 
-Memory: compiling materialises the dense fp32 state dict, and at the qwen3.5-4b shapes
-(hidden >= 2560, MLP 9216, 16 key heads) one chip layer is about 135 M weights (~0.5 GB
-fp32). A case whose estimate (:func:`wrappers.estimated_gb`) exceeds ``DELTACHIP_MATRIX_MEM_GB``
-(default 6) is skipped with the estimate in the reason: a resource limit of the machine
+Memory: compiling holds one layer at a time, but ``check`` loads the dense checkpoint, and at
+the qwen3.5-4b shapes (hidden >= 2560, MLP 9216, 16 key heads) one chip layer is about 120 M
+weights (~0.25 GB bf16). A case whose estimate (:func:`wrappers.estimated_gb`) exceeds
+``DELTACHIP_MATRIX_MEM_GB`` (default 6) is skipped with the estimate in the reason: a resource limit of the machine
 running the tests, not a verdict on the weights. Set the variable higher on a big machine.
 
 Also here (simulator only, cheap): the wrappers cover every stdlib module, walk their inputs,
@@ -107,7 +107,7 @@ def compiled(tmp_path_factory):
                 if isinstance(got, tuple):
                     shutil.rmtree(got[0].parent, ignore_errors=True)
             c = CIRCUITS[cid]()
-            gb = wrappers.estimated_gb(c, target)
+            gb = wrappers.estimated_gb(c, target, dtype)
             if gb > MEM_GB:
                 cache[key] = pytest.skip.Exception(
                     f"{cid} for {target}: needs ~{gb:.0f} GB to compile and load (dense "

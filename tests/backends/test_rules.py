@@ -86,12 +86,7 @@ def test_target_errors(tmp_path):
 def test_config_target_two_hot_gqa(tmp_path, dk, width):
     """d_k = d_v = 128 (two-hot queries, 2 ballast value columns), 2 value heads per key
     head, fixed budgets: a RAM and a ROM circuit stay exact in bf16 decode + prefill."""
-    cfg = {"text_config": {"hidden_size": 256, "intermediate_size": 96,
-                           "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                           "linear_key_head_dim": dk, "linear_value_head_dim": dk,
-                           "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6}}
-    p = tmp_path / "config.json"
-    p.write_text(json.dumps(cfg))
+    p = circuits.config_target(tmp_path / "config.json", dk=dk)
     t = get_target(str(p))
     if dk == 128:
         assert t.two_hot and t.rows_per_bank == 127 and t.value_ballast == 2 and t.v_per_k == 2

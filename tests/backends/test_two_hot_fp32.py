@@ -30,7 +30,6 @@ random versions (longer streams, random fuzz circuits with memories).
 """
 from __future__ import annotations
 
-import json
 import random
 import sys
 from dataclasses import dataclass
@@ -379,13 +378,7 @@ def test_gdn_fp32_prefill_random_many(gdn, seed):
 def dk128_target(tmp: Path) -> str:
     """The config-file target of test_rules.test_config_target_two_hot_gqa (d_k = d_v = 128,
     2 key heads, 2 value heads each, MLP width 96)."""
-    cfg = {"text_config": {"hidden_size": 256, "intermediate_size": 96,
-                           "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                           "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-                           "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6}}
-    p = tmp / "dk128.json"
-    p.write_text(json.dumps(cfg))
-    return str(p)
+    return circuits.config_target(tmp / "dk128.json")
 
 
 def sim_stream(c: Circuit, roms: dict[str, list[int]], start: Token, steps: int) -> list[int]:

@@ -164,19 +164,19 @@ def _wrappers() -> list[Wrapper]:
 WRAPPERS: list[Wrapper] = _wrappers()
 
 
-#: Peak resident bytes per dense weight when compiling (each layer cast to the dtype as it is
-#: built). Measured for qwen3.5-4b with `/usr/bin/time -v deltachip compile`: example.gcd bf16
-#: 9.8 GB peak RSS for 3.8 G dense weights (2.6 bytes per weight); fp32 is about twice that
-#: (example.stack_machine: 10.7 GB fp32 vs 6.3 GB bf16).
-BYTES_PER_WEIGHT = 2.6
+#: Peak resident bytes per dense weight, by dtype: loading the checkpoint for ``check`` (the
+#: compile itself holds one layer at a time). Measured for qwen3.5-4b with `/usr/bin/time -v
+#: deltachip check`: example.gcd bf16, 6.6 GB peak for 2.96 G dense weights (2.2 bytes per
+#: weight; 2.3 kept as margin); fp32 weights take twice the bytes.
+BYTES_PER_WEIGHT = {"bf16": 2.3, "fp32": 4.6}
 
 
-def estimated_gb(c: Circuit, target: str) -> float:
-    """Peak memory to compile ``c`` for ``target`` and load it, in GB (an estimate).
+def estimated_gb(c: Circuit, target: str, dtype: str = "bf16") -> float:
+    """Peak memory to compile ``c`` for ``target`` in ``dtype`` and load it, in GB (an estimate).
 
     Dense weights counted from the schedule and the target's per-layer shapes (MLP, GDN
     projections, embedding and lm_head, plus the trailing attention layer), times
-    :data:`BYTES_PER_WEIGHT`. Returns 0 for targets sized to fit the circuit (compact),
+    :data:`BYTES_PER_WEIGHT` for ``dtype``. Returns 0 for targets sized to fit the circuit (compact),
     whose chips are small."""
     from backends.schedule import schedule
     from backends.target import get_target
@@ -190,4 +190,4 @@ def estimated_gb(c: Circuit, target: str) -> float:
     layer = 3 * H * t.mlp_width + gdn
     vocab = sum(1 << k.payload_bits for k in c.kinds)
     weights = (prog.n_layers + 1) * layer + 2 * vocab * H
-    return BYTES_PER_WEIGHT * weights / 1e9
+    return BYTES_PER_WEIGHT[dtype] * weights / 1e9
