@@ -2,7 +2,8 @@
 
 Takes: a ``.hdl`` file (its top circuit or ``--top NAME``), ``-o DIR``, a target (``compact``,
 ``qwen3.5-4b`` or a Qwen3.5 config.json), a dtype, optional ROM images and a plot path.
-Gives: DIR/config.json + model.safetensors (``AutoModelForCausalLM.from_pretrained(DIR)``
+Gives: DIR/config.json + the weights (model.safetensors, or one shard per layer plus
+model.safetensors.index.json above 1 GiB; ``AutoModelForCausalLM.from_pretrained(DIR)``
 loads it) + chip.json, written atomically; a summary table on stdout. Exit 0; bad input or
 a circuit that breaks the depth rule is a UserError (status 2). ``-o`` and ``--plot`` are
 checked before any work: ``-o`` must be new, an empty directory or a previous checkpoint
@@ -27,7 +28,8 @@ EPILOG = """examples:
   deltachip compile examples/stack_machine/stack_machine.hdl -o build/stack --dtype fp32 --rom prog=examples/stack_machine/program.hex
   deltachip compile examples/counter/counter.hdl -o build/counter-4b --target qwen3.5-4b
 
-The directory holds config.json, model.safetensors and chip.json (token ids, memory
+The directory holds config.json, the weights (model.safetensors, or above 1 GiB one shard
+per layer + model.safetensors.index.json, written one at a time) and chip.json (token ids, memory
 placement, per-layer usage, the circuit itself and its ROM images), so that
 `deltachip check DIR` needs nothing else. DIR must be new, empty, or a previous checkpoint
 (which is replaced once the new one is complete). --target also takes the path of a

@@ -277,10 +277,13 @@ def test_each_group_is_freed_before_the_next_is_built(tmp_path, monkeypatch):
     assert events[1::2] == [f"save model-{i:05d}" for i in range(1, n + 1)]
 
 
-PEAK = """import resource, sys
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork+exec, so a child of a big pytest
+# process would report the parent's size.
+PEAK = """import re, sys
 from deltachip.cli import main
 status = main(sys.argv[1:])
-print("peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+hwm = re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read())
+print("peak", int(hwm.group(1)) * 1024)
 sys.exit(status)"""
 
 
