@@ -6,7 +6,7 @@ of two), the config and ``chip.json`` dicts, and the tensors (names exactly as
 whatever the layer count: :func:`plan` fixes every size and shape (an :class:`Emission`),
 :func:`group_tensors` builds one group (the embedding, one chip decoder layer, or the head:
 final norm, lm_head and the zero full-attention layer) from it alone, and :mod:`backends.
-checkpoint` writes each group as it comes. :func:`build` gives the whole state dict at once.
+checkpoint` writes each group as it comes. :func:`state_dict` gives the whole state dict at once.
 
 Layout of the residual stream: dims ``0 .. n_b-1`` hold the ballast B_res on every token;
 lane ``l`` of the Program is dim ``n_b + l``. Every pre-norm multiplies by exactly
@@ -37,9 +37,9 @@ import torch
 from hdl.ir import Circuit
 from backends.checkpoint import FORMAT, FORMAT_VERSION
 from backends.chipfile import circuit_to_json
+from backends.exact import DTYPES, exact_cast
 from backends.lower import Form, Program, lin
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 ZSEL = 256      # z gate slope: an unselected packed word gets z <= Z - 256 (silu = -0.0)
 
 
@@ -203,25 +203,12 @@ def plan(prog: Program, dtype: str = "fp32", num: Numerics | None = None) -> Emi
                     members)
 
 
-def _exact_cast(name: str, v: torch.Tensor, dtype: str, first: int = 0) -> torch.Tensor:
-    """``v`` in ``dtype``; ExactnessError naming ``name``'s flat index (``first`` is the flat
-    index of ``v``'s first element in the whole tensor) if a value is not representable."""
-    from backends.exact import ExactnessError
-    out = v.to(DTYPES[dtype])
-    back = out.to(v.dtype)
-    if not torch.equal(back, v):
-        i = int((back != v).flatten().nonzero()[0])
-        raise ExactnessError(f"error: weight {name}[{first + i}] = {v.flatten()[i].item()!r} "
-                             f"is not representable in {dtype}")
-    return out
-
-
 def _finish(sd: dict[str, torch.Tensor], dtype: str) -> None:
     """Cast every not-yet-cast tensor to ``dtype``, proving each weight representable."""
     td = DTYPES[dtype]
     for k, v in sd.items():
         if v.dtype != td:
-            sd[k] = _exact_cast(k, v, dtype)
+            sd[k] = exact_cast(k, v, dtype)
 
 
 def _embedding(em: Emission) -> dict[str, torch.Tensor]:
@@ -244,7 +231,7 @@ def _embedding(em: Emission) -> dict[str, torch.Tensor]:
                     blk[:, num.n_b + prog.dim(ln)] = ((ids >> bit) & 1).float()
                     bit += 1
             r0 = k["offset"] + lo
-            E[r0:r0 + len(ids)] = _exact_cast(name, blk, em.dtype, r0 * H)
+            E[r0:r0 + len(ids)] = exact_cast(name, blk, em.dtype, r0 * H)
     return {name: E}
 
 
@@ -371,7 +358,7 @@ def _head(em: Emission) -> dict[str, torch.Tensor]:
                 blk[:, 0] += ((S @ cst) - P) / 2.0 ** num.cb
             blk += kf.w[0]
             r0 = k["offset"] + lo
-            head[r0:r0 + len(ids)] = _exact_cast(name, blk, em.dtype, r0 * H)
+            head[r0:r0 + len(ids)] = exact_cast(name, blk, em.dtype, r0 * H)
     return {"model.norm.weight": torch.zeros(H, dtype=DTYPES[em.dtype]), name: head}
 
 
@@ -399,17 +386,8 @@ def group_tensors(em: Emission, group: str) -> dict[str, torch.Tensor]:
             v = torch.zeros(shape, dtype=td)
         elif tuple(v.shape) != shape:
             raise AssertionError(f"{name}: built {tuple(v.shape)}, model has {shape}")
-        out[name] = v if v.dtype == td else _exact_cast(name, v, em.dtype)
+        out[name] = v if v.dtype == td else exact_cast(name, v, em.dtype)
     return out
-
-
-def build(prog: Program, dtype: str = "fp32"
-          ) -> tuple[Numerics, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """(numerics, the whole state dict in ``dtype`` (every parameter of the model, the zero
-    full-attention layer included), sizes, {}) in memory: for tests and small chips; a
-    checkpoint is written group by group (:func:`plan`, :func:`group_tensors`)."""
-    em = plan(prog, dtype)
-    return em.num, state_dict(em), em.info, {}
 
 
 def state_dict(em: Emission) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ violation. What it proves (BRIEF section 4, measured in shared/research/numerics
 - GDN key/query forms stay within [-256, 1] (K*q exact, silu(<= -128) = -0.0, l2norm of the
   one-hot = 1); value forms are bits.
 
-``check_representable`` then verifies every emitted weight survives the cast to the dtype.
+Emission then casts every weight with :func:`exact_cast`, which verifies it survives the cast.
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ import torch
 
 from deltachip.errors import UserError
 from backends.lower import Form, Program
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 class ExactnessError(UserError):
@@ -84,12 +87,13 @@ def prove(prog: Program, num, dtype: str) -> None:
                     fail(w.node, f"memory write operand with range [{f.lo}, {f.hi}] is not a bit")
 
 
-def check_representable(sd: dict[str, torch.Tensor], dtype: str) -> None:
-    """Every weight must be exactly representable in ``dtype`` (else ExactnessError)."""
-    td = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    for k, v in sd.items():
-        back = v.to(td).to(v.dtype)
-        if not torch.equal(back, v):
-            i = int((back != v).flatten().nonzero()[0])
-            raise ExactnessError(f"error: weight {k}[{i}] = {v.flatten()[i].item()!r} is not "
-                                 f"representable in {dtype}")
+def exact_cast(name: str, v: torch.Tensor, dtype: str, first: int = 0) -> torch.Tensor:
+    """``v`` cast to ``dtype``; ExactnessError naming ``name``'s flat index (``first`` is the
+    flat index of ``v``'s first element in the whole tensor) if a weight is not representable."""
+    out = v.to(DTYPES[dtype])
+    back = out.to(v.dtype)
+    if not torch.equal(back, v):
+        i = int((back != v).flatten().nonzero()[0])
+        raise ExactnessError(f"error: weight {name}[{first + i}] = {v.flatten()[i].item()!r} "
+                             f"is not representable in {dtype}")
+    return out

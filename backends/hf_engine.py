@@ -25,7 +25,7 @@ from hdl.ir import Circuit, Token
 from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_weights_file,
                                  load_chip_json, weights_file)
 from backends.chipfile import circuit_from_json
-from backends.emit import DTYPES
+from backends.exact import DTYPES
 
 
 class HFEngine:

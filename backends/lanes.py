@@ -53,12 +53,8 @@ def reads(prog: Program, mlp: dict[int, list[Neuron]] | None = None) -> dict[int
             see(n.gate, 2 * L + 1)
     for p in prog.mems.values():
         slot = 2 * max([L for L, _ in p.banks] or [p.layer])
-        for port in p.reads:
-            for f in port.addr:
-                see(f, slot)
-        for w in p.writes:
-            for f in w.addr + w.data + [w.en]:
-                see(f, slot)
+        for f in p.input_forms():
+            see(f, slot)
     for f in prog.out_kind:
         see(f, END)
     for fl in prog.out_fields:

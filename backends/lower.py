@@ -186,6 +186,12 @@ class MemPlan:
     def kheads(self) -> int:
         return self.ports * self.rowblocks * self.slices
 
+    def input_forms(self) -> list[Form]:
+        """Every form the memory reads in its layers: read addresses, write address, data
+        and enable."""
+        return ([f for port in self.reads for f in port.addr] +
+                [f for w in self.writes for f in w.addr + w.data + [w.en]])
+
     def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
         return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
 
@@ -203,7 +209,6 @@ class Program:
     out_kind: list[Form]
     out_fields: list[list[list[Form]]]      # [kind][field] -> bit forms
     n_layers: int
-    node_slot: dict[int, int]               # IR node -> slot where its value is complete
     phys: list[int] = field(default_factory=list)   # lane -> residual dim (after ballast)
     n_phys: int = 0
     sched: dict | None = None   # retiming outcome (backends.retime): dims before/after, moves
@@ -690,11 +695,9 @@ class Lowerer:
         self.out_args: list[list[Form]] = []
         for name in c.memories:
             self.plan(name)
-        node_slot = {}
         for n in c.nodes:
             self.cur = n.id
             self.lower_node(n)
-            node_slot[n.id] = self.slot_of(self.bits[n.id])
         self.cur = -1
         if not self.out_args:
             raise LoweringError(f"{c.loc}: circuit {c.name} has no next-token output")
@@ -709,4 +712,4 @@ class Lowerer:
                    [2 * L + 1 for L, ns in self.mlp.items() if ns] + [0])
         n_layers = last // 2 + 1
         return Program(c, self.target, self.lanes, self.mlp, self.mems, self.kind_lane_ids,
-                       self.field_lane_ids, out_kind, out_fields, n_layers, node_slot)
+                       self.field_lane_ids, out_kind, out_fields, n_layers)

@@ -2,8 +2,8 @@
 
 Takes: a scheduled :class:`backends.lower.Program` (neurons placed as early as their inputs
 allow, memories in their GDN layers), before lane allocation. Gives: the same Program with
-some neuron *groups* moved to later MLP layers (``prog.mlp``, the moved lanes' ``slot`` and
-``prog.node_slot`` updated) and ``prog.sched``, a record of the outcome::
+some neuron *groups* moved to later MLP layers (``prog.mlp`` and the moved lanes' ``slot``)
+and ``prog.sched``, a record of the outcome::
 
     {"asap_dims": 44, "dims": 36, "layers": 24, "moved_neurons": 9, "moved_groups": 9,
      "mlp_width": 58}
@@ -129,9 +129,7 @@ class _State:
         self.fixed_read = [min(fixed.get(ln, -2), self.end_slot) for ln in range(nl)]
         self.bound = [n - 1] * nl                 # latest writer layer allowed by them
         for p in prog.mems.values():
-            forms = [f for port in p.reads for f in port.addr]
-            forms += [f for w in p.writes for f in w.addr + w.data + [w.en]]
-            for f in forms:
+            for f in p.input_forms():
                 for ln in f.t:
                     self.bound[ln] = min(self.bound[ln], p.layer - 1)
         self.count: dict[int, int] = {}
@@ -314,24 +312,8 @@ def retime(prog: Program) -> dict[str, int]:
 
 
 def _apply(prog: Program, groups: list[Group]) -> None:
-    """Write the groups' layers into ``prog``: neurons, lane slots, ``node_slot``."""
-    old_slot = [ln.slot for ln in prog.lanes]
+    """Write the groups' layers into ``prog``: neurons and lane slots."""
     for g in groups:
         for o in g.outs:
             prog.lanes[o].slot = 2 * g.layer + 1
     prog.mlp = _mlp_of(groups, prog)
-    # node_slot: a node whose value lanes it wrote itself moved, or that relabels an argument
-    # completed in the same slot, takes the new slot (nobody reads node_slot today).
-    own: dict[int, list[int]] = {}
-    for i, ln in enumerate(prog.lanes):
-        if ln.slot != old_slot[i] and ln.node >= 0:
-            own.setdefault(ln.node, []).append(i)
-    old_ns = dict(prog.node_slot)
-    for n in prog.circuit.nodes:
-        s = old_ns.get(n.id)
-        if s is None:
-            continue
-        cand = [prog.lanes[i].slot for i in own.get(n.id, []) if old_slot[i] == s]
-        cand += [prog.node_slot[a] for a in n.args if old_ns.get(a) == s]
-        if cand:
-            prog.node_slot[n.id] = max([s] + cand)

@@ -82,8 +82,8 @@ class Target:
         best: tuple[int, int] | None = None
         for n_b in range(1, MAX_BALLAST + 1):
             need = max(self.min_hidden, self.base_hidden + lanes + n_b)
-            h = n_b * 4 ** max(0, math.ceil(math.log(need / n_b, 4) - 1e-12))
-            while h < need:             # guard the float log
+            h = n_b
+            while h < need:
                 h *= 4
             if best is None or h < best[0]:
                 best = (h, n_b)
