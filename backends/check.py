@@ -10,8 +10,16 @@ Modes:
   recurrent state must hold the memories as they are before step t (writes of steps < t):
   compared at every position when ``mem_every`` is 1, else every ``mem_every`` positions and
   at the end.
-- prefill: the simulator's token stream is fed in one call; every position's argmax must be
-  the next token, and the final state must hold the final memories.
+- prefill: the simulator's token stream is fed in calls of at most ``chunk`` positions (the
+  cache carries over, so memory stays bounded however many steps are asked for); every
+  position's argmax must be the next token, and the final state must hold the final memories.
+
+Lanes (``lanes=True``, the default, when chip.json has a lane map): at every position, after
+every sublayer (each layer's GDN and its MLP), every live residual lane must hold exactly the
+value the compiler designed it to hold (:mod:`backends.lanemap`: the Program's neurons on the
+token and the simulator's traced memory reads) and the ballast dims their constant; the first
+diverging (position, layer, sublayer, lane) of each row is reported with the HDL signal the
+lane carries. Each named signal's Program form is also compared with the simulator's value.
 
 Batch B runs B streams side by side (``starts``: one start token per row; default the same
 start for all). The run of a row ends after a halt token (the halt token is still fed, so
@@ -25,10 +33,16 @@ from typing import Sequence
 
 import torch
 
-from deltachip.errors import UserError
+from common.errors import UserError
+from contextlib import nullcontext
+
 from hdl.ir import Circuit, Token
-from hdl.sim import Simulator, format_token
+from hdl.sim import SimError, Simulator, StepResult, format_token
 from backends.hf_engine import HFEngine
+from backends.lanemap import LaneDivergence, LaneMap, SignalDivergence
+
+#: Positions fed per prefill call.
+PREFILL_CHUNK = 2048
 
 
 class CheckError(UserError):
@@ -50,14 +64,25 @@ class Mismatch:
 
 @dataclass
 class CheckReport:
+    """Positions compared, memory comparisons, residual lane values compared, every token or
+    memory :class:`Mismatch`, the first :class:`LaneDivergence` and
+    :class:`SignalDivergence` of each batch row, and notes."""
     positions: int = 0
     memory_checks: int = 0
+    lane_checks: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
+    lanes: list[LaneDivergence] = field(default_factory=list)
+    signals: list[SignalDivergence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches
+        return not (self.mismatches or self.lanes or self.signals)
+
+    def problems(self) -> list[str]:
+        """Every finding as one line (what ``deltachip check`` prints before its summary)."""
+        return ([f"MISMATCH {m}" for m in self.mismatches] +
+                [f"SIGNAL {s}" for s in self.signals] + [f"LANE {d}" for d in self.lanes])
 
 
 def _mem_diff(c: Circuit, row: int, pos: int, want: dict[str, list[int]],
@@ -75,9 +100,64 @@ def _mem_diff(c: Circuit, row: int, pos: int, want: dict[str, list[int]],
     return out
 
 
+class _Lanes:
+    """Lane checking for one run: the chip's :class:`LaneMap` and the rows already found
+    diverging (later divergences of a row are consequences of its first)."""
+
+    def __init__(self, eng: HFEngine, rep: CheckReport):
+        self.rep = rep
+        self.map = LaneMap(eng.chip["lanemap"], eng.circuit)
+        self.done: set[int] = set()
+
+    def compare(self, row: int, pos0: int, tokens: Sequence[Token],
+                values: Sequence[Sequence[int]], taps: Sequence[torch.Tensor]) -> None:
+        """Positions ``pos0 ..`` of ``row`` (their tokens, the simulator's traced values and
+        the model's residual taps [T, dims] per slot)."""
+        if row in self.done or not tokens:
+            return
+        lm = self.map
+        V = lm.designed(tokens, values)
+        sd = lm.signal_divergence(V, values, row, pos0)
+        ld = lm.first_divergence(V, taps, row, pos0)
+        self.rep.lane_checks += len(tokens) * lm.checks_per_position
+        if sd is not None:
+            self.rep.signals.append(sd)
+            self.done.add(row)
+        if ld is not None:
+            self.rep.lanes.append(ld)
+            self.done.add(row)
+
+
+def _lanes(eng: HFEngine, lanes: bool, rep: CheckReport) -> _Lanes | None:
+    if not lanes:
+        return None
+    if "lanemap" not in eng.chip:
+        rep.notes.append("chip.json has no lane map (compiled by an older deltachip): lanes "
+                         "not compared; recompile it with `deltachip compile` to compare them")
+        return None
+    return _Lanes(eng, rep)
+
+
+def _step(sim: Simulator, tok: Token, trace: bool, last: bool) -> StepResult | None:
+    """The simulator's step from ``tok``; at a row's last position (a halt token or the
+    step limit) only when tracing for the lane check, and None when the simulator cannot
+    step it."""
+    if not last:
+        return sim.step(tok, trace=trace)
+    if not trace:
+        return None
+    try:
+        return sim.step(tok, trace=True)
+    except SimError:
+        return None
+
+
 def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = False,
                  starts: Sequence[Token] | None = None, mem_every: int = 1,
-                 max_mismatches: int = 20) -> CheckReport:
+                 max_mismatches: int = 20, lanes: bool = True,
+                 chunk: int = PREFILL_CHUNK) -> CheckReport:
+    """Compare ``eng`` with the simulator for ``steps`` steps (see the module docstring);
+    ``lanes``: also compare every live residual lane after every sublayer."""
     c = eng.circuit
     if starts is None:
         if c.start is None:
@@ -86,32 +166,30 @@ def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = Fals
     starts = list(starts)
     if len(starts) != batch:
         raise CheckError(f"{len(starts)} start tokens for batch {batch}")
+    if chunk < 1:
+        raise CheckError(f"prefill chunk must be >= 1, got {chunk}")
     sims = [Simulator(c, eng.roms) for _ in range(batch)]
     rep = CheckReport()
-    fmt = lambda t: f"'{format_token(c, t)}'"
-    if prefill:
-        streams = [sim.run(starts[b], steps) for b, sim in enumerate(sims)]
-        n = min(len(s) for s in streams)        # rows are cut to the shortest stream
-        ids = torch.tensor([[eng.token_id(t) for t in s[:n]] for s in streams])
-        # the memories after the n-1 steps that fed the last position: a fresh run that long
-        mems = []
-        for b in range(batch):
-            sim = Simulator(c, eng.roms)
-            sim.run(starts[b], n - 1)
-            mems.append(sim.memories)
-        pred, cache = eng.prefill(ids)
-        for b in range(batch):
-            for t in range(n - 1):
-                got = int(pred[b, t])
-                want = int(ids[b, t + 1])
-                if got != want:
-                    rep.mismatches.append(Mismatch(b, t, "next token", fmt(eng.token_of(want)),
-                                                   _fmt_id(eng, got, fmt)))
-            rep.mismatches += _mem_diff(c, b, n - 1, mems[b], eng.read_memories(cache, b))
-            rep.memory_checks += 1
-        rep.positions = n * batch
-        rep.mismatches = rep.mismatches[:max_mismatches]
-        return rep
+    ln = _lanes(eng, lanes, rep)
+    taps_ctx = eng.sublayer_taps(ln.map.tap_dims) if ln else nullcontext({})
+    with taps_ctx as taps:
+        if prefill:
+            _prefill(eng, sims, starts, steps, rep, ln, taps, chunk, max_mismatches)
+        else:
+            _decode(eng, sims, starts, steps, rep, ln, taps, mem_every, max_mismatches)
+    rep.mismatches = rep.mismatches[:max_mismatches]
+    return rep
+
+
+def _fmt(c: Circuit, t: Token) -> str:
+    return f"'{format_token(c, t)}'"
+
+
+def _decode(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: int,
+            rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor],
+            mem_every: int, max_mismatches: int) -> None:
+    c = eng.circuit
+    batch = len(sims)
     cache = eng.new_cache(batch)
     cur = list(starts)
     active = [True] * batch
@@ -123,37 +201,84 @@ def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = Fals
             if active[b] and (t % mem_every == 0 or last):
                 rep.mismatches += _mem_diff(c, b, t, sims[b].memories, eng.read_memories(cache, b))
                 rep.memory_checks += 1
-        if t == steps or len(rep.mismatches) >= max_mismatches:
-            break
         for b in range(batch):
             if not active[b]:
                 continue
-            if c.kinds[cur[b].kind].halt:       # the halt token was this row's last position
+            last = t == steps or c.kinds[cur[b].kind].halt
+            r = _step(sims[b], cur[b], ln is not None, last)
+            if ln is not None and r is not None:
+                ln.compare(b, t, [cur[b]], [r.values], [taps[s][b] for s in range(len(taps))])
+            if last:                    # the halt token (or the limit) was this row's last
                 active[b] = False
                 continue
-            r = sims[b].step(cur[b])
             got = int(pred[b])
             if got != eng.token_id(r.next):
-                rep.mismatches.append(Mismatch(b, t, "next token", fmt(r.next), _fmt_id(eng, got, fmt)))
+                rep.mismatches.append(Mismatch(b, t, "next token", _fmt(c, r.next),
+                                               _fmt_id(eng, got)))
                 active[b] = False
                 continue
             cur[b] = r.next
-        if not any(active):
+        if not any(active) or len(rep.mismatches) >= max_mismatches:
             break
-    rep.mismatches = rep.mismatches[:max_mismatches]
-    return rep
 
 
-def _fmt_id(eng: HFEngine, tid: int, fmt) -> str:
+def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: int,
+             rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor], chunk: int,
+             max_mismatches: int) -> None:
+    """The simulator's streams fed ``chunk`` positions per call; rows are cut to the
+    shortest stream (one ends after a halt token or ``steps`` steps)."""
+    c = eng.circuit
+    batch = len(sims)
+    cache = eng.new_cache(batch)
+    cur = list(starts)
+    pos = 0
+    final: list[dict[str, list[int]]] | None = None
+    while final is None and len(rep.mismatches) < max_mismatches:
+        pos0 = pos
+        toks: list[list[Token]] = [[] for _ in range(batch)]
+        vals: list[list[Sequence[int] | None]] = [[] for _ in range(batch)]
+        nexts: list[list[Token]] = [[] for _ in range(batch)]
+        while pos - pos0 < chunk and final is None:
+            last = pos == steps or any(c.kinds[t.kind].halt for t in cur)
+            if last:        # the memories after the steps that fed this position
+                final = [sim.memories for sim in sims]
+            for b in range(batch):
+                toks[b].append(cur[b])
+                r = _step(sims[b], cur[b], ln is not None, last)
+                vals[b].append(r.values if r is not None else None)
+                if not last:
+                    nexts[b].append(r.next)
+                    cur[b] = r.next
+            pos += 1
+        ids = torch.tensor([[eng.token_id(t) for t in row] for row in toks])
+        pred, cache = eng.prefill(ids, cache)
+        for b in range(batch):
+            for i, want in enumerate(nexts[b]):
+                got = int(pred[b, i])
+                if got != eng.token_id(want):
+                    rep.mismatches.append(Mismatch(b, pos0 + i, "next token", _fmt(c, want),
+                                                   _fmt_id(eng, got)))
+            if ln is not None:
+                n = sum(v is not None for v in vals[b])     # the last one may be missing
+                ln.compare(b, pos0, toks[b][:n], vals[b][:n],
+                           [taps[s][b, :n] for s in range(len(taps))])
+    rep.positions = pos * batch
+    if final is not None:
+        for b in range(batch):
+            rep.mismatches += _mem_diff(c, b, pos - 1, final[b], eng.read_memories(cache, b))
+            rep.memory_checks += 1
+
+
+def _fmt_id(eng: HFEngine, tid: int) -> str:
     try:
-        return fmt(eng.token_of(tid))
+        return _fmt(eng.circuit, eng.token_of(tid))
     except ValueError:
         return f"id {tid}"
 
 
 def check_dir(path: str | Path, steps: int, dtype: str | None = None, batch: int = 1,
               prefill: bool = False, starts: Sequence[Token] | None = None,
-              mem_every: int = 1) -> CheckReport:
+              mem_every: int = 1, lanes: bool = True) -> CheckReport:
     """Load ``path`` with transformers and compare it with the simulator."""
     eng = HFEngine(path, dtype)
-    return check_engine(eng, steps, batch, prefill, starts, mem_every)
+    return check_engine(eng, steps, batch, prefill, starts, mem_every, lanes=lanes)

@@ -11,13 +11,16 @@ decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
 - :func:`prepare_output` takes the ``-o`` path and returns it as a Path once it is safe to
   write: absent, an empty directory, or a previous deltachip checkpoint (nothing else is ever
   replaced); else :class:`OutputDirError`. Call it before compiling, so bad paths fail fast.
-- :func:`write_checkpoint` builds the directory in a temporary directory beside the target,
-  one group's tensors in memory at a time, and renames it into place, so a failed or
-  interrupted compile leaves what was there untouched.
+- :func:`write_checkpoint` builds the directory in a temporary directory beside the target
+  (named by :func:`common.outputs.temp_name_prefix`, so a killed compile's leftovers are
+  swept by the next one), one group's tensors in memory at a time, and renames it into
+  place, so a failed or interrupted compile leaves what was there untouched; a full disk or
+  another OS error is an OutputDirError naming the path and the reason.
 - :func:`load_chip_json`, :func:`check_config` and :func:`check_weights_file` read a directory
   back and raise :class:`ChipDirError` (exit 2) for a missing directory or file (a shard
-  included), a corrupt or truncated one, an older format ("recompile") or a config.json that
-  does not match.
+  included), a corrupt or truncated one, a chip.json that breaks the schema
+  (:mod:`backends.chipschema`, naming the field), an older format ("recompile") or a
+  config.json that does not match.
 """
 from __future__ import annotations
 
@@ -32,8 +35,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from deltachip.errors import UserError
-from deltachip.outputs import os_reason
+from backends.chipschema import SchemaError, check_chip
+from common.errors import UserError
+from common.outputs import os_reason, sweep_stale, temp_name_prefix, write_reason
 
 FORMAT = "deltachip-chip"
 FORMAT_VERSION = 2          # 2: enum fields in the circuit, the config copy, format_version
@@ -127,7 +131,8 @@ def prepare_output(path: str | Path) -> Path:
     parent = p.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(prefix=f".{p.name}.", dir=parent))     # writable?
+        sweep_stale(p)          # what a killed compile left beside -o
+        os.rmdir(tempfile.mkdtemp(prefix=temp_name_prefix(p), dir=parent))     # writable?
     except OSError as e:
         raise OutputDirError(f"-o {p}: cannot write in {parent}: {os_reason(e)}") from None
     return p
@@ -147,7 +152,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
     from safetensors.torch import save_file
     out = prepare_output(out_dir)
     parent = out.absolute().parent
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
     old = None
     try:
         total = sum(g.nbytes for g in groups)
@@ -178,13 +183,17 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
         for f in tmp.iterdir():         # mkdtemp's 0700 and safetensors' 0600
             os.chmod(f, 0o666 & ~umask)
         if out.exists():        # empty, or a previous checkpoint (prepare_output said so)
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
+            old = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out) + "old-", dir=parent))
             os.rename(out, old / out.name)
         os.rename(tmp, out)
-    except BaseException:
+    except BaseException as e:
         if old is not None and not out.exists():
             os.rename(old / out.name, out)      # put the previous checkpoint back
         shutil.rmtree(tmp, ignore_errors=True)
+        reason = write_reason(e)
+        if reason is not None:
+            raise OutputDirError(f"-o {out}: cannot write the checkpoint: {reason} "
+                                 "(nothing was changed)") from None
         raise
     finally:
         if old is not None:
@@ -206,17 +215,22 @@ def load_chip_json(path: str | Path) -> dict[str, Any]:
         raise ChipDirError(f"{p}: not a directory (expected one written by `deltachip compile`)")
     cj = p / "chip.json"
     chip = _read_json(cj, "chip.json")
-    fmt = chip.get("format") if isinstance(chip, dict) else None
+    if not isinstance(chip, dict):
+        raise ChipDirError(f"{cj}: not a deltachip chip file (the JSON is not an object)")
+    fmt = chip.get("format")
     if not isinstance(fmt, str) or not fmt.startswith(FORMAT):
         raise ChipDirError(f"{cj}: not a deltachip chip file (format {fmt!r})")
     version = chip.get("format_version", 1 if fmt == f"{FORMAT}/1" else None)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ChipDirError(f"{cj}: corrupt (field 'format_version' must be an integer, got "
+                           f"{json.dumps(version)}): {RECOMPILE}")
     if version != FORMAT_VERSION:
         raise ChipDirError(f"{cj}: chip format version {version}, but this deltachip reads "
                            f"version {FORMAT_VERSION}: {RECOMPILE}")
-    missing = [k for k in ("dtype", "target", "numerics", "tokens", "memories", "circuit",
-                           "roms", "config") if k not in chip]
-    if missing:
-        raise ChipDirError(f"{cj}: corrupt (no '{missing[0]}'): {RECOMPILE}")
+    try:
+        check_chip(chip)
+    except SchemaError as e:
+        raise ChipDirError(f"{cj}: corrupt ({e}): {RECOMPILE}") from None
     return chip
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.kinds import MemKind
 from hdl.ir import Circuit, Field, Loc, Memory, Node, Op, Token, TokenKind
 
 
@@ -63,7 +64,7 @@ def circuit_from_json(d: dict[str, Any], images: dict[str, list[int]] | None = N
             param = tuple(param)
         c.nodes.append(Node(i, op, width, tuple(args), param, Loc(files[fi], line, col), name))
     for m in d["memories"]:
-        c.memories[m["name"]] = Memory(m["name"], m["kind"], m["width"], m["depth"],
+        c.memories[m["name"]] = Memory(m["name"], MemKind(m["kind"]), m["width"], m["depth"],
                                        Loc(*m["loc"]), m["image"],
                                        tuple(images.get(m["name"], ())))
     c.kinds = [TokenKind(k["name"], tuple(_field_from_json(f) for f in k["fields"]), Loc(*k["loc"]),

@@ -1,11 +1,20 @@
-"""The backend pipeline in one call: circuit -> scheduled Program -> proof -> tensors -> dir.
+"""The backend pipeline: circuit -> Placed -> Retimed -> Allocated -> Proven -> Emission -> DIR.
 
-Takes: a checked :class:`hdl.ir.Circuit`, a target spec, a dtype. Gives: :class:`Compiled`
-(the Program, the numerics, the state dict, config and chip.json dicts) from
-:func:`compile_circuit` (everything in memory), and :func:`compile_to_dir`, which writes the
-checkpoint one tensor group (a decoder layer, the embedding, the head) at a time, so its
-peak memory is about one group whatever the layer count. Stages, each its own module:
-``schedule`` (lowering + placement, depth rule), ``exact`` (static proof), ``emit``.
+Takes: a checked :class:`hdl.ir.Circuit`, a target spec, a :class:`common.kinds.DType`.
+Gives, in two steps: :func:`plan_circuit` runs every stage up to the exactness proof and
+returns the :class:`backends.emit.Emission` (every size, shape and config fixed, no tensor
+built yet); :func:`write_dir` builds and writes the checkpoint from it one tensor group (a
+decoder layer, the embedding, the head) at a time, so its peak memory is about one group
+whatever the layer count. :func:`compile_to_dir` is both; :func:`compile_circuit` keeps the
+whole state dict in memory instead (small chips, tests).
+
+Stages, each its own module with a ``run`` that takes the previous artefact and returns the
+next (:mod:`backends.program`, "Stage artefacts"): ``schedule`` (lowering + placement, depth
+rule) -> :class:`~backends.program.Placed`; ``retime`` -> :class:`~backends.program.Retimed`
+(with the MLP width it kept to); ``lanes`` (allocation) -> :class:`~backends.program.Allocated`;
+``exact`` (the static proof, after ``emit.choose_numerics``) -> :class:`backends.exact.Proven`
+(numerics and the :class:`backends.exact.Proof`); ``emit`` -> :class:`backends.emit.Emission`.
+``trace`` records where every neuron, lane and head came from for chip.json.
 """
 from __future__ import annotations
 
@@ -15,90 +24,148 @@ from typing import Any, Callable
 
 import torch
 
+from common.kinds import DType
 from hdl.ir import Circuit
-from backends import emit, exact, lanes
+from backends import emit, exact, lanes, retime, rules, schedule, trace
 from backends.checkpoint import SINGLE_FILE_LIMIT, WeightGroup, prepare_output, write_checkpoint
-from backends.lower import Program
-from backends.schedule import schedule
+from backends.program import Program
 from backends.target import Target, get_target
+
+Progress = Callable[[str], None]
 
 
 @dataclass
 class Compiled:
     program: Program
-    numerics: emit.Numerics
     state_dict: dict[str, torch.Tensor]     # empty after compile_to_dir (written, not kept)
     config: dict[str, Any]
     chip: dict[str, Any]
+    proof: exact.Proof | None = None         # what the exactness proof established
 
 
-def default_roms(c: Circuit) -> dict[str, list[int]]:
-    return {n: list(m.init) for n, m in c.memories.items() if m.init and any(m.init)}
+def default_roms(circuit: Circuit) -> dict[str, list[int]]:
+    """Each memory's own image (its ``init``), where it has a nonzero one."""
+    return {name: list(mem.init) for name, mem in circuit.memories.items()
+            if mem.init and any(mem.init)}
 
 
-def _plan(c: Circuit, target: str | Target, dtype: str,
-          say: Callable[[str], None]) -> emit.Emission:
-    """Schedule, allocate lanes, choose numerics and prove ``c`` exact: the emission plan."""
-    tgt = get_target(target) if isinstance(target, str) else target
+def _quiet(_: str) -> None:
+    pass
+
+
+def plan_circuit(circuit: Circuit, target: str | Target = "compact",
+                 dtype: DType | str = DType.BF16,
+                 progress: Progress | None = None,
+                 byte_cells: bool | None = None) -> emit.Emission:
+    """Check the compile rules (:mod:`backends.rules`), schedule, retime, allocate lanes,
+    choose numerics and prove ``circuit`` exact: the emission plan (no weight built yet).
+    ``byte_cells``: let large ROMs store bytes per state cell (None: where exact,
+    :func:`backends.schedule.byte_cells_exact`). Raises a UserError for a bad target or
+    dtype, a broken compile rule, a depth-rule or exactness error."""
+    say = progress or _quiet
+    target = get_target(target) if isinstance(target, str) else target
+    dtype = DType.parse(dtype)
+    rules.check_vocabulary(circuit)
     say("lowering and scheduling")
-    prog = schedule(c, tgt)
+    if byte_cells is None:
+        byte_cells = schedule.byte_cells_exact(target, dtype)
+    placed = schedule.run(circuit, target, byte_cells)          # Placed: neurons ASAP
+    say("retiming")
+    retimed = retime.run(placed)                                # Retimed: + the width kept
     say("allocating lanes")
-    lanes.allocate(prog)
+    allocated = lanes.run(retimed)                              # Allocated: residual dims
     say("choosing numerics")
-    num = emit.choose_numerics(prog)
+    num = emit.choose_numerics(allocated.prog)
+    rules.check_tables(circuit, num.hidden, dtype)
     say("proving exactness")
-    exact.prove(prog, num, dtype)
-    return emit.plan(prog, dtype, num)
+    proven = exact.run(allocated, num, dtype)                   # Proven: + numerics, proof
+    return emit.run(proven)                                     # Emission: every shape
 
 
-def _chip(em: emit.Emission, c: Circuit, roms: dict[str, list[int]] | None,
-          nonzero: dict[str, int]) -> dict[str, Any]:
-    images = default_roms(c)
+@dataclass(frozen=True)
+class RulesReport:
+    """What :func:`check_rules` found the circuit would compile to."""
+    layers: int
+    hidden: int
+    vocab: int
+    memories: int
+
+
+def check_rules(c: Circuit, target: str = "compact", dtype: str = "bf16") -> RulesReport:
+    """Every check of ``deltachip compile`` on ``c`` for ``target`` and ``dtype``, without
+    emitting a weight: CompileError (or another UserError) for the first rule broken."""
+    em = plan_circuit(c, target, dtype)
+    return RulesReport(em.prog.n_layers, em.num.hidden, c.vocab_size, len(c.memories))
+
+
+def chip_record(emission: emit.Emission, roms: dict[str, list[int]] | None,
+                nonzero: dict[str, int]) -> dict[str, Any]:
+    """The chip.json dict of ``emission`` (``roms`` over the memories' own images; ``nonzero``:
+    nonzero weights per tensor name), its source trace included."""
+    images = default_roms(emission.prog.circuit)
     images.update(roms or {})
-    return emit.chip_json(em.prog, em.num, em.info, em.dtype, nonzero, images, em.config)
+    chip = emit.chip_json(emission.prog, emission.num, emission.info, emission.dtype, nonzero,
+                          images, emission.config)
+    chip["trace"] = trace.record(emission.prog, emission.num.n_b)
+    if emission.proof is not None:
+        chip["proof"] = emission.proof.record()
+    return chip
 
 
-def compile_circuit(c: Circuit, target: str | Target = "compact", dtype: str = "bf16",
+def compile_circuit(circuit: Circuit, target: str | Target = "compact",
+                    dtype: DType | str = DType.BF16,
                     roms: dict[str, list[int]] | None = None,
-                    progress: Callable[[str], None] | None = None) -> Compiled:
-    """Compile ``c`` with the whole state dict in memory (for small chips and tests);
+                    progress: Progress | None = None,
+                    byte_cells: bool | None = None) -> Compiled:
+    """Compile ``circuit`` with the whole state dict in memory (for small chips and tests);
     ``roms`` overrides memory images (default: each memory's init)."""
-    say = progress or (lambda s: None)
-    em = _plan(c, target, dtype, say)
-    say("emitting weights")
-    sd = emit.state_dict(em)
-    chip = _chip(em, c, roms, emit.nonzero_counts(sd))
-    return Compiled(em.prog, em.num, sd, em.config, chip)
+    emission = plan_circuit(circuit, target, dtype, progress, byte_cells)
+    (progress or _quiet)("emitting weights")
+    state = emit.state_dict(emission)
+    chip = chip_record(emission, roms, emit.nonzero_counts(state))
+    return Compiled(emission.prog, state, emission.config, chip, emission.proof)
 
 
-def compile_to_dir(c: Circuit, out_dir: str | Path, target: str | Target = "compact",
-                   dtype: str = "bf16", roms: dict[str, list[int]] | None = None,
-                   progress: Callable[[str], None] | None = None,
-                   single_file_limit: int = SINGLE_FILE_LIMIT) -> Compiled:
-    """Compile ``c`` and write the checkpoint directory ``out_dir`` (see
-    :mod:`backends.checkpoint`: an ``out_dir`` that is a file, or a directory that is neither
-    empty nor a previous checkpoint, is refused before any work). Each tensor group is built,
-    counted (nonzero weights for chip.json) and written before the next is built; above
-    ``single_file_limit`` bytes the weights are sharded, one shard per group. The returned
-    :class:`Compiled` has an empty state dict."""
+def write_dir(emission: emit.Emission, out_dir: str | Path,
+              roms: dict[str, list[int]] | None = None, progress: Progress | None = None,
+              single_file_limit: int = SINGLE_FILE_LIMIT) -> dict[str, Any]:
+    """Build and write the checkpoint of ``emission`` into ``out_dir`` (refused, before any
+    work, when it is a file or a directory that is neither empty nor a previous checkpoint: see
+    :mod:`backends.checkpoint`), one tensor group at a time: each is built, counted (nonzero
+    weights for chip.json) and written before the next; above ``single_file_limit`` bytes
+    the weights are sharded, one shard per group. Returns the chip.json dict written."""
     prepare_output(out_dir)
-    say = progress or (lambda s: None)
-    em = _plan(c, target, dtype, say)
+    say = progress or _quiet
     nonzero: dict[str, int] = {}
     chip: dict[str, Any] = {}
 
     def maker(i: int, group: str) -> Callable[[], dict[str, torch.Tensor]]:
         def make() -> dict[str, torch.Tensor]:
-            say(f"emitting and writing weights: {group} ({i + 1}/{len(em.groups)})")
-            tensors = emit.group_tensors(em, group)
+            say(f"emitting and writing weights: {group} ({i + 1}/{len(emission.groups)})")
+            tensors = emit.group_tensors(emission, group)
             nonzero.update(emit.nonzero_counts(tensors))
             return tensors
         return make
 
     def make_chip() -> dict[str, Any]:
-        chip.update(_chip(em, c, roms, nonzero))
+        chip.update(chip_record(emission, roms, nonzero))
         return chip
 
-    groups = [WeightGroup(g, em.nbytes(g), maker(i, g)) for i, g in enumerate(em.groups)]
-    write_checkpoint(out_dir, em.config, groups, make_chip, single_file_limit)
-    return Compiled(em.prog, em.num, {}, em.config, chip)
+    groups = [WeightGroup(g, emission.nbytes(g), maker(i, g))
+              for i, g in enumerate(emission.groups)]
+    write_checkpoint(out_dir, emission.config, groups, make_chip, single_file_limit)
+    return chip
+
+
+def compile_to_dir(circuit: Circuit, out_dir: str | Path, target: str | Target = "compact",
+                   dtype: DType | str = DType.BF16, roms: dict[str, list[int]] | None = None,
+                   progress: Progress | None = None,
+                   single_file_limit: int = SINGLE_FILE_LIMIT,
+                   byte_cells: bool | None = None) -> Compiled:
+    """Compile ``circuit`` and write the checkpoint directory ``out_dir`` (:func:`write_dir`; a bad
+    ``out_dir`` is refused before compiling). The returned :class:`Compiled` has an empty
+    state dict."""
+    prepare_output(out_dir)
+    emission = plan_circuit(circuit, target, dtype, progress, byte_cells)
+    chip = write_dir(emission, out_dir, roms, progress, single_file_limit)
+    return Compiled(emission.prog, {}, emission.config, chip, emission.proof)

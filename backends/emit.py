@@ -1,4 +1,4 @@
-"""Emission: a scheduled :class:`backends.lower.Program` -> Qwen3.5 tensors and a checkpoint.
+"""Emission: a scheduled :class:`backends.program.Program` -> Qwen3.5 tensors and a checkpoint.
 
 Takes: the Program, the dtype. Gives: :class:`Numerics` (every scale constant, all powers
 of two), the config and ``chip.json`` dicts, and the tensors (names exactly as
@@ -34,12 +34,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from common.kinds import DType
 from hdl.ir import Circuit
 from backends.checkpoint import FORMAT, FORMAT_VERSION
 from backends.chipfile import circuit_to_json
-from backends.exact import DTYPES, exact_cast
-from backends.lower import Form, Program, lin
+from backends import lanemap
+from backends.exact import Proof, Proven, exact_cast
+from backends.program import Form, Program, cell_column, lin
+from backends.numbers import DTYPES, HF_NAMES
 
+#: value ballast exponent when a memory stores bytes: 2 * 2^60 >= 2^24 * 126 * (32 * 255)^2
+BV_BYTE = 30
 ZSEL = 256      # z gate slope: an unselected packed word gets z <= Z - 256 (silu = -0.0)
 
 
@@ -68,7 +74,8 @@ def choose_numerics(prog: Program) -> Numerics:
     k4 = round(math.log(H // n_b, 4))
     e = max(e, k4 + 3)                      # mean square >= 16 (eps vanishes)
     m = e - k4                              # n_b * 4^e / H = 4^(e - k4)
-    return Numerics(hidden=H, n_b=n_b, b_res=e, m=m, cb=k4,
+    byte = any(p.cell > 1 for p in prog.mems.values())
+    return Numerics(hidden=H, n_b=n_b, b_res=e, m=m, cb=k4, b_v=BV_BYTE if byte else 26,
                     n_bv=prog.target.value_ballast)
 
 
@@ -113,7 +120,7 @@ def config_dict(prog: Program, num: Numerics, layers: int, inter: int, nk: int, 
         linear_num_value_heads=nk * t.v_per_k,
         layer_types=["linear_attention"] * layers + ["full_attention"],
         rms_norm_eps=t.rms_eps, tie_word_embeddings=False, hidden_act="silu",
-        max_position_embeddings=1 << 20, dtype={"bf16": "bfloat16", "fp32": "float32"}[dtype],
+        max_position_embeddings=1 << 20, dtype=HF_NAMES[dtype],
         full_attention_interval=layers + 1)
 
 
@@ -153,13 +160,14 @@ class Emission:
     parameters in it. :func:`group_tensors` builds one group from this alone."""
     prog: Program
     num: Numerics
-    dtype: str
+    dtype: DType
     inter: int
     nk: int
     vocab: int
     kinds: list[dict[str, Any]]
     config: dict[str, Any]
     members: dict[str, dict[str, tuple[int, ...]]]     # group -> {name: shape}
+    proof: Proof | None = None      # what backends.exact proved (chip.json's "proof")
 
     @property
     def groups(self) -> list[str]:
@@ -177,9 +185,11 @@ class Emission:
         return sum(math.prod(s) * size for s in self.members[group].values())
 
 
-def plan(prog: Program, dtype: str = "fp32", num: Numerics | None = None) -> Emission:
+def plan(prog: Program, dtype: str = "fp32", num: Numerics | None = None,
+         proof: Proof | None = None) -> Emission:
     """Fix sizes, config and tensor groups for ``prog`` (``num`` defaults to
-    :func:`choose_numerics`); builds no tensor."""
+    :func:`choose_numerics`; ``proof``: what :func:`backends.exact.prove` found, kept for
+    chip.json); builds no tensor."""
     num = num or choose_numerics(prog)
     t = prog.target
     L = prog.n_layers
@@ -200,7 +210,13 @@ def plan(prog: Program, dtype: str = "fp32", num: Numerics | None = None) -> Emi
             g = GROUP_HEAD
         members[g][name] = shape
     return Emission(prog, num, dtype, inter, nk, vocab, token_table(prog.circuit), config,
-                    members)
+                    members, proof)
+
+
+def run(proven: Proven) -> Emission:
+    """The last planning stage: :func:`plan` for a proven program, the proof kept for
+    chip.json."""
+    return plan(proven.prog, proven.dtype, proven.num, proven.proof)
 
 
 def _finish(sd: dict[str, torch.Tensor], dtype: str) -> None:
@@ -288,14 +304,15 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
                         if wr is not None:
                             qkv.w[col0:col0 + num.n_bv, 0] = BV / 2.0 ** num.cb
                         for j in range(dv - num.n_bv):
-                            rbit = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
-                            wi, b = divmod(rbit, p.width)
-                            if wi >= 1 << p.pack:
+                            col = p.column(sl * t.cols_per_bank + v * (dv - num.n_bv) + j)
+                            if col is None:
                                 break
+                            wi, ci, b0, nb = col
                             if wr is not None:
-                                qkv.form(col0 + num.n_bv + j, wr.data[b], VS)
+                                cell = lin([(1 << i, wr.data[b0 + i]) for i in range(nb)])
+                                qkv.form(col0 + num.n_bv + j, cell, VS)
                             if port is not None:
-                                out[num.n_b + prog.dim(port.lanes[b]), vh * dv + num.n_bv + j] = wout
+                                out[num.n_b + prog.dim(port.lanes[ci]), vh * dv + num.n_bv + j] = wout
                                 if p.pack:      # z gate: this column's word is selected
                                     sel = addr_match(port.addr[:p.pack], wi)
                                     zrow = vh * dv + num.n_bv + j
@@ -422,11 +439,12 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
                     st = torch.zeros(t.d_k, dv, dtype=torch.float32)
                     st[:hi - lo, :num.n_bv] = BV
                     for j in range(dv - num.n_bv):
-                        rbit = sl * t.cols_per_bank + v * (dv - num.n_bv) + j
-                        wi, b = divmod(rbit, p.width)
-                        if wi >= P:
+                        col = cell_column(sl * t.cols_per_bank + v * (dv - num.n_bv) + j,
+                                          p.width, p.cell, p.pack)
+                        if col is None:
                             break
-                        st[:hi - lo, num.n_bv + j] = ((ws[:, wi] >> b) & 1).float() * VS
+                        wi, _, b0, nb = col
+                        st[:hi - lo, num.n_bv + j] = ((ws[:, wi] >> b0) & ((1 << nb) - 1)).float() * VS
                     out[(layer, kh * g + v)] = st
     return out
 
@@ -462,6 +480,7 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "memories": {p.name: {"kind": p.kind, "width": p.width, "depth": p.depth,
                               "layer": p.layer, "last_layer": p.last, "rows_per_bank": p.rows,
                               "rowblocks": p.rowblocks, "slices": p.slices, "pack": p.pack,
+                              "cell_bits": p.cell,
                               "banks": [list(b) for b in p.banks], "key_heads": p.kheads,
                               "read_ports": len(p.reads), "write_ports": len(p.writes)}
                      for p in prog.mems.values()},
@@ -469,6 +488,7 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "lanes": {"count": prog.n_dims, "logical": len(prog.lanes), "ballast": num.n_b,
                   "token": {ln.label: num.n_b + prog.dim(i) for i, ln in enumerate(prog.lanes)
                             if ln.slot < 0}},
+        "lanemap": lanemap.record(prog, num),
         "shapes": {"layers": prog.n_layers, "hidden": num.hidden, "intermediate": info["inter"],
                    "key_heads": info["nk"], "value_heads": info["nk"] * t.v_per_k},
         "nonzero_weights": sum(nonzero.values()),

@@ -7,15 +7,17 @@ with model.safetensors.index.json; a missing, corrupt, outdated or mismatched on
 recurrent state preloaded: ROM images written straight into it, RAMs zero), one-token
 :meth:`HFEngine.decode_step`, whole-sequence :meth:`HFEngine.prefill`, and
 :meth:`HFEngine.read_memories`, which decodes every memory's words back out of the recurrent
-state (exactly: each data cell must be 0 or Vs, else the word is reported as None).
+state (exactly: each data cell must be 0 or Vs, else the word is reported as None), and
+:meth:`HFEngine.sublayer_taps`, which records chosen residual dims after every sublayer.
 
 The model is loaded with ``AutoModelForCausalLM.from_pretrained`` and run unmodified.
 """
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
@@ -25,7 +27,7 @@ from hdl.ir import Circuit, Token
 from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_weights_file,
                                  load_chip_json, weights_file)
 from backends.chipfile import circuit_from_json
-from backends.exact import DTYPES
+from backends.numbers import DTYPES
 
 
 class HFEngine:
@@ -132,14 +134,47 @@ class HFEngine:
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, cache: DynamicCache | None = None
                 ) -> tuple[torch.Tensor, DynamicCache]:
-        """Feed [B, T] ids in one call; returns (argmax ids [B, T], cache)."""
+        """Feed [B, T] ids in one call; returns (argmax ids [B, T], cache). Refused
+        (ChipDirError) where it could not be exact: see :meth:`byte_cells_inexact`."""
+        if self.byte_cells_inexact() and ids.shape[-1] > 1:
+            raise ChipDirError(f"{self.path}: this chip stores bytes in memory cells, which "
+                               f"fp32 chunked prefill does not read exactly at d_k = "
+                               f"{self.tgt['d_k']}: run it in bf16, or decode token by token")
         cache = cache if cache is not None else self.new_cache(ids.shape[0])
         out = self.model(input_ids=ids, cache=cache, use_cache=True)
         return out.logits.argmax(-1), cache
 
+    @contextmanager
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]) -> Iterator[dict[int, torch.Tensor]]:
+        """While active, each model call records the residual stream after every chip
+        sublayer: ``taps[s]`` ([B, T, len(dims[s])] float64) holds dims ``dims[s]`` after
+        slot s (2L: layer L's GDN sublayer and its residual add, 2L+1: its MLP's). Forward
+        hooks only read; the model runs unchanged."""
+        taps: dict[int, torch.Tensor] = {}
+        handles = []
+
+        def keep(s: int):
+            def hook(x: torch.Tensor) -> None:
+                taps[s] = x[..., dims[s]].double()
+            return hook
+        layers = self.model.model.layers
+        for L in range(len(dims) // 2):
+            g, m = keep(2 * L), keep(2 * L + 1)
+            handles.append(layers[L].post_attention_layernorm.register_forward_pre_hook(
+                lambda mod, args, g=g: g(args[0])))
+            handles.append(layers[L].register_forward_hook(
+                lambda mod, args, out, m=m: m(out[0] if isinstance(out, tuple) else out)))
+        try:
+            yield taps
+        finally:
+            for h in handles:
+                h.remove()
+
     def read_memories(self, cache: DynamicCache, row: int = 0) -> dict[str, list[int | None]]:
         """Every memory's words from the recurrent state of batch row ``row`` (read port 0's
-        copy); a word whose cells are not exactly 0 or Vs is None."""
+        copy); a word whose cells are not exactly Vs times an integer of the cell's bits
+        (0 or 1 for bit cells, 0..255 for byte cells) is None."""
+        from backends.program import cell_column
         t = self.tgt
         dv, g = t["d_v"], t["v_per_k"]
         nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
@@ -148,7 +183,7 @@ class HFEngine:
         for name, m in self.chip["memories"].items():
             P = 1 << m["pack"]
             nrows = -(-m["depth"] // P)
-            W = m["width"]
+            W, cb = m["width"], m.get("cell_bits", 1)
             words = torch.zeros(nrows, P, dtype=torch.int64)
             bad = torch.zeros(nrows, dtype=torch.bool)
             R = m["rows_per_bank"]
@@ -158,23 +193,27 @@ class HFEngine:
                     layer, kh = m["banks"][rb * m["slices"] + sl]
                     state = cache.layers[layer].recurrent_states[0][row]
                     for v in range(g):
-                        b0 = sl * cols + v * (dv - nbv)       # first row-bit of this head
-                        n = max(0, min(dv - nbv, W * P - b0))
-                        if n == 0:
-                            continue
-                        cells = state[kh * g + v, :hi - lo, nbv:nbv + n].double() / vs
-                        bits = cells.round()
-                        bad[lo:hi] |= ((cells != bits) | (bits < 0) | (bits > 1)).any(-1)
-                        rbits = torch.arange(b0, b0 + n)
-                        for wi in range(P):
-                            sel = (rbits // W) == wi
-                            if sel.any():
-                                wts = torch.ones(int(sel.sum()), dtype=torch.int64) << (rbits[sel] % W)
-                                words[lo:hi, wi] |= (bits[:, sel].long() * wts).sum(-1)
+                        cells = state[kh * g + v, :hi - lo, nbv:].double() / vs
+                        for j in range(dv - nbv):
+                            col = cell_column(sl * cols + v * (dv - nbv) + j, W, cb, m["pack"])
+                            if col is None:
+                                break
+                            wi, _, b0, nb = col
+                            c = cells[:, j]
+                            ci = c.round()
+                            bad[lo:hi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))
+                            words[lo:hi, wi] |= ci.clamp(0, (1 << nb) - 1).long() << b0
             flat = words.view(-1)[:m["depth"]].tolist()
             badw = bad.repeat_interleave(P)[:m["depth"]].tolist()
             res[name] = [None if b else int(w) for w, b in zip(flat, badw)]
         return res
+
+    def byte_cells_inexact(self) -> bool:
+        """True when this engine's fp32 chunked prefill cannot be exact: byte-cell memories
+        with two-hot queries (d_k not a power of 4) in fp32 (docs/backend.md, "Memories")."""
+        from backends.target import is_power_of_4
+        return (self.dtype_name == "fp32" and not is_power_of_4(self.tgt["d_k"]) and
+                any(m.get("cell_bits", 1) > 1 for m in self.chip["memories"].values()))
 
 
 class _ProgView:
@@ -191,6 +230,7 @@ class _MemView:
     def __init__(self, m: dict[str, Any]):
         self.width, self.depth, self.rows = m["width"], m["depth"], m["rows_per_bank"]
         self.rowblocks, self.slices, self.pack = m["rowblocks"], m["slices"], m["pack"]
+        self.cell = m.get("cell_bits", 1)
         self.banks = [tuple(b) for b in m["banks"]]
         self.ports = max(1, m["read_ports"])
 

@@ -1,10 +1,9 @@
 """Lane allocation: logical lanes -> physical residual dimensions, with liveness reuse.
 
-Takes: a scheduled :class:`backends.lower.Program`. Gives: ``prog.phys`` (lane -> physical
+Takes: a scheduled :class:`backends.program.Program`. Gives: ``prog.phys`` (lane -> physical
 dim, counted after the ballast dims) and ``prog.n_phys``; adds "clear" neurons to the MLP
-layers that reuse a dimension. :func:`allocate` first runs the retiming pass
-(:mod:`backends.retime`), which moves MLP neurons later where that needs fewer dims and
-records the outcome in ``prog.sched``.
+layers that reuse a dimension. The retiming pass (:mod:`backends.retime`), which moves MLP
+neurons later where that needs fewer dims, runs before it and builds on :func:`plan`.
 
 A lane is live from the slot that writes it to the last slot that reads it (MLP gates, GDN
 query/key/value/z forms at every layer holding a bank of the memory, and the lm_head at the
@@ -24,7 +23,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
-from backends.lower import Form, Neuron, Program
+from backends.program import Allocated, Form, Neuron, Program, Retimed, copy_for_change
 
 #: The read slot of the lm_head (after every layer).
 END = 1 << 30
@@ -114,10 +113,10 @@ def plan(prog: Program, slots: Sequence[int] | None = None,
                     reuse = heapq.heappop(free)
                     of = Form(0, {occ: 1}, o.lo, o.hi)
                     if o.hi > 0:
-                        extra.setdefault(L, []).append(Neuron(of, {ln: -1}, lane.node))
+                        extra.setdefault(L, []).append(Neuron(of, {ln: -1}, lane.node, clear=True))
                     if o.lo < 0:
                         extra.setdefault(L, []).append(
-                            Neuron(Form(0, {occ: -1}, -o.hi, -o.lo), {ln: 1}, lane.node))
+                            Neuron(Form(0, {occ: -1}, -o.hi, -o.lo), {ln: 1}, lane.node, clear=True))
                     break
         if reuse is None:
             phys[ln] = n_phys
@@ -129,15 +128,20 @@ def plan(prog: Program, slots: Sequence[int] | None = None,
     return Allocation(phys, n_phys, extra)
 
 
-def allocate(prog: Program, retime: bool = True) -> None:
-    """Fill ``prog.phys`` / ``prog.n_phys`` (see the module docstring); with ``retime``
-    (the default) run :func:`backends.retime.retime` first, and keep the MLP within the
-    width it chose (on ``compact``: the ASAP program's widest layer, clear neurons
-    included)."""
-    cap = None
-    if retime:
-        from backends.retime import retime as run_retime
-        cap = run_retime(prog)["mlp_width"]
+def run(retimed: Retimed) -> Allocated:
+    """Allocate a copy of ``retimed``'s program (``retimed`` is left as it was) within the MLP
+    width retiming kept to: the :class:`backends.program.Allocated` program."""
+    prog = copy_for_change(retimed.prog)
+    allocate(prog, retimed.mlp_width)
+    return Allocated(prog)
+
+
+def allocate(prog: Program, cap: int | None = None) -> None:
+    """Fill ``prog.phys`` / ``prog.n_phys`` (see the module docstring), adding clear neurons
+    only while an MLP layer holds at most ``cap`` neurons (default: the target's
+    ``mlp_width``). After :func:`backends.retime.retime`, pass the width it kept to
+    (``prog.sched["mlp_width"]``; on ``compact`` the ASAP program's widest layer, clear
+    neurons included)."""
     a = plan(prog, cap=cap)
     for L, ns in a.extra.items():
         prog.mlp.setdefault(L, []).extend(ns)

@@ -2,8 +2,8 @@
 
 Takes: a checked :class:`hdl.ir.Circuit`, a :class:`backends.target.Target` and the layer of
 every memory (``backends.schedule`` finds those). Gives: :class:`Program`, the whole chip in
-integer terms, ready for the exactness proof (``backends.exact``) and for emission
-(``backends.emit``).
+integer terms (its types live in :mod:`backends.program`), ready for retiming, lane
+allocation, the exactness proof (``backends.exact``) and emission (``backends.emit``).
 
 Representation. Every IR signal bit is an affine :class:`Form` over *lanes* (residual
 dimensions holding small integers, written once): ``c + sum(coef * lane)``. Token bits are
@@ -25,11 +25,13 @@ in a small known range.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from deltachip.errors import UserError
+from common.errors import UserError
 from hdl.ir import Circuit, Node, Op
+from backends.numbers import sig_bits
+from backends.program import (Form, Lane, MemPlan, MuxBit, Neuron, PendingBit, Program,
+                              ReadPort, WritePort, const, lin)
 from backends.target import Target
 
 MAX_SPAN = 256
@@ -39,74 +41,34 @@ class LoweringError(UserError):
     """The circuit uses something this backend cannot compile (message names the line)."""
 
 
-class Form:
-    """``c + sum(t[lane] * lane)`` with a known integer range [lo, hi]."""
-    __slots__ = ("c", "t", "lo", "hi")
-
-    def __init__(self, c: int = 0, t: dict[int, int] | None = None,
-                 lo: int | None = None, hi: int | None = None):
-        self.c = c
-        self.t = t or {}
-        self.lo = c if lo is None else lo
-        self.hi = c if hi is None else hi
-
-    @property
-    def is_const(self) -> bool:
-        return not self.t
-
-    def __repr__(self) -> str:
-        return f"Form({self.c}, {self.t}, [{self.lo},{self.hi}])"
-
-
-def const(v: int) -> Form:
-    return Form(v)
-
-
-def lin(pairs: Iterable[tuple[int, Form]], c: int = 0) -> Form:
-    """The form ``c + sum(k * f)``; its range is the interval sum of the parts' ranges."""
-    t: dict[int, int] = {}
-    lo = hi = c
-    cc = c
-    for k, f in pairs:
-        if k == 0:
-            continue
-        cc += k * f.c
-        for lane, w in f.t.items():
-            t[lane] = t.get(lane, 0) + k * w
-        lo += k * (f.lo if k > 0 else f.hi)
-        hi += k * (f.hi if k > 0 else f.lo)
-    t = {a: w for a, w in t.items() if w}
-    if not t:
-        return Form(cc)
-    return Form(cc, t, lo, hi)
-
-
-class MuxBit:
-    """A bit chosen by a tree of multiplexers, kept unmaterialised so that a chain of muxes
-    costs one MLP stage: ``leaves`` are (literals, value) with exactly one leaf whose literal
-    bits are all 1; the bit is sum over leaves of relu(value + sum(literals) - len(literals))."""
-    __slots__ = ("leaves", "form")
-
-    def __init__(self, leaves: list[tuple[tuple[Form, ...], Form]]):
-        self.leaves = leaves
-        self.form: Form | None = None
-
-
-MUX_LEAVES = 8       # materialise a mux tree beyond this many leaves per bit
+SHIFT_GROUP = 5      # amount bits per one-hot shift stage (2^5 = 32 sources per bit)
+BYTE_CELL_BANKS = 2   # a ROM taking more banks than this at 1 bit per cell uses byte cells
+MUX_LEAVES = 64      # materialise a mux tree beyond this many leaves per bit
 GATE = 256           # slope that switches a gated neuron off when a literal is 0
 MIN_PRE = -(1 << 14) # lowest pre-activation allowed (negative ones all give silu = -0.0)
 
 
-class PendingBit:
-    """A bit f(T) not yet materialised: as a mux leaf it is computed *gated* in the mux's
-    own stage (relu(T - c + GATE*(sum(literals) - n)) per threshold c), so "compute, then
-    select" costs one MLP stage less."""
-    __slots__ = ("T", "f", "form")
+#: most literals one AND/OR/XOR neuron group takes (its pre-activation stays <= 256)
+MAX_FANIN = 255
 
-    def __init__(self, T: Form, f: Callable[[int], int]):
-        self.T = T
-        self.f = f
-        self.form: Form | None = None
+_SYM = {"and": None, "or": lambda v: int(v >= 1), "xor": lambda v: v & 1}
+
+
+class SymBit(PendingBit):
+    """The AND, OR or XOR (``kind``) of the bits ``lits``, not yet materialised. Chains of
+    one op merge their literal lists, so an n-input AND/OR is one threshold pair
+    ``relu(T - c) - relu(T - c - 1)`` over ``T = sum(lits)`` (one stage, 2 neurons) and an
+    n-input XOR is parity(T) (one stage, n neurons), up to :data:`MAX_FANIN` literals. NOT
+    of an AND/OR is the other op over the negated literals (De Morgan), NOT of an XOR adds
+    the constant literal 1."""
+    __slots__ = ("kind", "lits")
+
+    def __init__(self, kind: str, lits: list[Form], node: int = -1):
+        n = len(lits)
+        f = _SYM[kind] or (lambda v, n=n: int(v >= n))
+        super().__init__(lin([(1, x) for x in lits]), f, node)
+        self.kind = kind
+        self.lits = lits
 
 
 def thresholds(T: Form, f: Callable[[int], int]) -> tuple[int, dict[int, int]]:
@@ -122,130 +84,13 @@ def thresholds(T: Form, f: Callable[[int], int]) -> tuple[int, dict[int, int]]:
     return vs[0], cd
 
 
-@dataclass
-class Lane:
-    """One residual dimension: written in ``slot`` (-1: by the embedding), value range
-    [lo, hi], made for IR node ``node`` (-1: none), ``label`` for chip.json."""
-    slot: int
-    lo: int
-    hi: int
-    node: int
-    label: str
-
-
-@dataclass
-class Neuron:
-    """relu(gate) added with weight ``out[lane]`` to each output lane."""
-    gate: Form
-    out: dict[int, int]
-    node: int
-
-
-@dataclass
-class ReadPort:
-    node: int
-    addr: list[Form]
-    lanes: list[int]
-
-
-@dataclass
-class WritePort:
-    node: int
-    addr: list[Form]
-    data: list[Form]
-    en: Form
-
-
-@dataclass
-class MemPlan:
-    """Where a memory lives. Bank (port, rowblock, slice) is one key head (with its GQA
-    value heads) holding rows ``rowblock*rows ..`` and word bits ``slice*cols ..``; every
-    bank gets every write, read port p queries its own banks. ``banks[i]`` = (layer, key
-    head) of bank i = (port * rowblocks + rowblock) * slices + slice. Banks may spread over
-    layers ``layer .. last``: reads complete after ``last``; writes need their inputs before
-    ``layer``."""
-    name: str
-    kind: str
-    width: int
-    depth: int
-    layer: int
-    last: int
-    rows: int            # rows per bank
-    rowblocks: int
-    slices: int
-    pack: int = 0        # ROMs: 2**pack words per row, selected per column by the z gate
-    banks: list[tuple[int, int]] = field(default_factory=list)
-    reads: list[ReadPort] = field(default_factory=list)
-    writes: list[WritePort] = field(default_factory=list)
-
-    @property
-    def ports(self) -> int:
-        return max(1, len(self.reads))
-
-    @property
-    def kheads(self) -> int:
-        return self.ports * self.rowblocks * self.slices
-
-    def input_forms(self) -> list[Form]:
-        """Every form the memory reads in its layers: read addresses, write address, data
-        and enable."""
-        return ([f for port in self.reads for f in port.addr] +
-                [f for w in self.writes for f in w.addr + w.data + [w.en]])
-
-    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
-        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
-
-
-@dataclass
-class Program:
-    """The lowered chip: lanes, neurons per layer, memories, token lanes and output forms."""
-    circuit: Circuit
-    target: Target
-    lanes: list[Lane]
-    mlp: dict[int, list[Neuron]]
-    mems: dict[str, MemPlan]
-    kind_lanes: list[int]
-    field_lanes: list[list[list[int]]]      # [kind][field] -> lanes, LSB first
-    out_kind: list[Form]
-    out_fields: list[list[list[Form]]]      # [kind][field] -> bit forms
-    n_layers: int
-    phys: list[int] = field(default_factory=list)   # lane -> residual dim (after ballast)
-    n_phys: int = 0
-    sched: dict | None = None   # retiming outcome (backends.retime): dims before/after, moves
-
-    def dim(self, lane: int) -> int:
-        """Physical residual dim of ``lane``, not counting the ballast dims."""
-        return self.phys[lane] if self.phys else lane
-
-    def dim_sumsq(self) -> int:
-        """sum over physical dims of the largest square any occupant may hold."""
-        m: dict[int, int] = {}
-        for i, ln in enumerate(self.lanes):
-            d = self.dim(i)
-            m[d] = max(m.get(d, 0), ln.lo * ln.lo, ln.hi * ln.hi)
-        return sum(m.values())
-
-    @property
-    def n_dims(self) -> int:
-        return self.n_phys if self.phys else len(self.lanes)
-
-    def kheads_in(self, layer: int) -> int:
-        return sum(1 for p in self.mems.values() for L, _ in p.banks if L == layer)
-
-    def neurons_in(self, layer: int) -> int:
-        return len(self.mlp.get(layer, []))
-
-
-class _Bump(Exception):
-    pass
-
-
 class Lowerer:
     """Lowers one circuit with fixed memory layers; records needed layer bumps."""
 
     def __init__(self, circuit: Circuit, target: Target, mem_layer: dict[str, int],
-                 mem_last: dict[str, int] | None = None):
+                 mem_last: dict[str, int] | None = None, byte_cells: bool = True):
         self.c = circuit
+        self.byte_cells = byte_cells
         self.target = target
         self.mem_layer = mem_layer
         self.mem_last = {m: max(mem_layer[m], (mem_last or {}).get(m, 0)) for m in mem_layer}
@@ -255,6 +100,7 @@ class Lowerer:
         self.bumps: dict[str, int] = {}
         self.cur = -1
         self.mems: dict[str, MemPlan] = {}
+        self.absorbed: set[int] = set()
 
     # ---- lanes, slots, placement ---------------------------------------------------------
     def new_lane(self, slot: int, lo: int, hi: int, label: str = "") -> int:
@@ -365,9 +211,12 @@ class Lowerer:
         return f
 
     # ---- arithmetic helpers ----------------------------------------------------------------
-    def prefix_pos(self, e: Sequence[Form], idx: Sequence[int]) -> dict[int, Form]:
+    def prefix_pos(self, e: Sequence[Form], idx: Sequence[int], lazy: bool = False
+                   ) -> dict[int, "Form | PendingBit"]:
         """For each i in idx: 1 if the sign of the digit string e[i], e[i-1], ..., e[0]
-        (digits in {-1, 0, 1}, e[i] most significant) is positive, else 0."""
+        (digits in {-1, 0, 1}, e[i] most significant) is positive, else 0 (``lazy``: the
+        last stage left pending, so a select can fuse it)."""
+        final = self.pending if lazy else self.fn
         res: dict[int, Form] = {}
         step1 = lambda v: int(v >= 1)
         sign = lambda v: (v > 0) - (v < 0)
@@ -381,7 +230,7 @@ class Lowerer:
         for i in idx:
             b = i // 8
             if b == 0:
-                res[i] = self.fn(lin([(1 << j, e[j]) for j in range(i + 1)]), step1)
+                res[i] = final(lin([(1 << j, e[j]) for j in range(i + 1)]), step1)
             elif b > 7:
                 raise LoweringError(f"{self.loc()}: compare/add wider than 64 bits")
             else:
@@ -390,7 +239,7 @@ class Lowerer:
         for i, qi in q.items():
             b = i // 8
             T = lin([(1 << b, qi)] + [(1 << bb, block_sign(bb)) for bb in range(b)])
-            res[i] = self.fn(T, step1)
+            res[i] = final(T, step1)
         return res
 
     def add_bits(self, a: Sequence[Form], b: Sequence[Form], sub: bool) -> list[Form]:
@@ -424,10 +273,62 @@ class Lowerer:
             return const(f(T.lo))
         if len(T.t) <= 1:
             return self.fn(T, f)
-        return PendingBit(T, f)
+        return PendingBit(T, f, self.cur)
+
+    def sym(self, kind: str, xs: Sequence["Form | MuxBit | PendingBit"]
+            ) -> "Form | PendingBit":
+        """AND/OR/XOR (``kind``) of the bits ``xs``: an unmaterialised :class:`SymBit` that
+        absorbs the literals of operands of the same kind (constants folded)."""
+        lits: list[Form] = []
+        for x in xs:
+            if isinstance(x, SymBit) and x.kind == kind:
+                lits += x.lits
+            else:
+                lits.append(self.mat(x))
+        absorb, neutral = {"and": (0, 1), "or": (1, 0), "xor": (None, 0)}[kind]
+        flip = 0
+        keep = []
+        for x in lits:
+            if x.is_const:
+                if x.c == absorb:
+                    return const(absorb)
+                flip ^= x.c if kind == "xor" else 0
+                continue
+            keep.append(x)
+        if not keep:
+            return const(neutral ^ flip)
+        if len(keep) == 1:
+            return lin([(-1, keep[0])], 1) if flip else keep[0]
+        if flip:
+            keep.append(const(1))
+        while len(keep) > MAX_FANIN:       # too many for one neuron group: a tree of them
+            head = SymBit(kind, keep[:MAX_FANIN], self.cur)
+            keep = [self.mat(head)] + keep[MAX_FANIN:]
+        return SymBit(kind, keep, self.cur)
+
+    def negate(self, x: "Form | MuxBit | PendingBit") -> "Form | PendingBit":
+        """NOT x, keeping AND/OR/XOR and pending functions unmaterialised."""
+        if isinstance(x, SymBit) and x.form is None:
+            if x.kind == "xor":
+                return self.sym("xor", x.lits + [const(1)])
+            other = "or" if x.kind == "and" else "and"
+            return SymBit(other, [lin([(-1, y)], 1) for y in x.lits], x.node)
+        if isinstance(x, PendingBit) and x.form is None:
+            return PendingBit(x.T, lambda v, f=x.f: 1 - f(v), x.node)
+        return lin([(-1, self.mat(x))], 1)
 
     def mat(self, x: "Form | MuxBit | PendingBit") -> Form:
-        """The Form of a bit, materialising a mux tree or a pending function (once)."""
+        """The Form of a bit, materialising a mux tree or a pending function (once); the
+        neurons and lanes this makes are traced to the node that made ``x``."""
+        if isinstance(x, (MuxBit, PendingBit)) and x.form is None and x.node >= 0:
+            reader, self.cur = self.cur, x.node
+            try:
+                return self._mat(x)
+            finally:
+                self.cur = reader
+        return self._mat(x)
+
+    def _mat(self, x: "Form | MuxBit | PendingBit") -> Form:
         if isinstance(x, PendingBit):
             if x.form is None:
                 x.form = self.fn(x.T, x.f)
@@ -452,13 +353,14 @@ class Lowerer:
                     ) -> list[tuple[Form, int]] | None:
         """Neurons computing v.f(v.T) * AND(lits), or None when no gate slope keeps every
         weight within 8 significant bits."""
-        from backends.exact import sig_bits
         f0, cd = thresholds(v.T, v.f)
         n = len(lits)
         out = []
         for cth, k in cd.items():
             for M in range(max(1, v.T.hi - cth), 4096):
                 T = lin([(1, v.T)] + [(M, lit) for lit in lits], -cth - M * n)
+                if T.lo < MIN_PRE:
+                    return None
                 if sig_bits(T.c) <= 8 and all(sig_bits(w) <= 8 for w in T.t.values()):
                     out.append((T, k))
                     break
@@ -468,8 +370,18 @@ class Lowerer:
             out.append((lin([(1, lit) for lit in lits], 1 - n), f0))
         return out
 
-    def mux_lazy(self, s: Form, x: Form | MuxBit, y: Form | MuxBit) -> Form | MuxBit:
-        """s ? y : x as a MuxBit (fused with the trees of x and y while they stay small)."""
+    def mux_lazy(self, s: "Form | PendingBit", x: Form | MuxBit, y: Form | MuxBit,
+                 ns: "PendingBit | None" = None) -> Form | MuxBit:
+        """s ? y : x as a MuxBit (fused with the trees of x and y while they stay small).
+        A select that is still pending (a compare, an AND/OR; ``ns`` its negation) is fused
+        too: a leaf (literals, bit v) becomes the leaf (literals + (v,), s), computed gated
+        in the mux's own stage, so "compare, then select" costs one stage."""
+        if isinstance(x, Form) and isinstance(y, Form) and x.is_const and y.is_const \
+                and {x.c, y.c} == {0, 1}:          # s ? 1 : 0 is s itself, s ? 0 : 1 is !s
+            return s if y.c else (ns if ns is not None else self.negate(s))
+        if isinstance(s, PendingBit) and s.form is None and ns is not None:
+            return self.mux_pending(s, ns, x, y)
+        s = self.mat(s)
         if s.is_const:
             return y if s.c else x
         if x is y:
@@ -491,7 +403,32 @@ class Lowerer:
         out = [(lits + (ns,), v) for lits, v in leaves(x)] + [(lits + (s,), v) for lits, v in leaves(y)]
         if not out:
             return const(0)
-        return MuxBit(out)
+        return MuxBit(out, self.cur)
+
+    def mux_pending(self, s: PendingBit, ns: PendingBit, x: Form | MuxBit,
+                    y: Form | MuxBit) -> Form | MuxBit:
+        """:meth:`mux_lazy` for a pending select ``s`` (``ns`` = NOT s): every leaf value must
+        be a plain bit, else ``s`` is materialised."""
+        if x is y:
+            return x
+        out = []
+        for v, sel in ((x, ns), (y, s)):
+            if isinstance(v, PendingBit) and v.form is not None:
+                v = v.form
+            if isinstance(v, MuxBit) and v.form is None and \
+                    len(v.leaves) <= MUX_LEAVES // 2 and \
+                    all(not isinstance(val, PendingBit) for _, val in v.leaves):
+                out += [(lits + (val,), sel) for lits, val in v.leaves]
+            elif isinstance(v, (PendingBit, MuxBit)):   # a tree or function: select it
+                return self.mux_lazy(self.mat(s), x, y)
+            elif v.is_const:
+                if v.c:
+                    out.append(((), sel))
+            else:
+                out.append(((v,), sel))
+        if not out:
+            return const(0)
+        return MuxBit(out, self.cur)
 
     def mux(self, s: Form, x: Form, y: Form, H: Form | None = None) -> Form:
         """s ? y : x for bits; forced to 0 when the integer H >= 1."""
@@ -505,9 +442,9 @@ class Lowerer:
 
     # ---- per-op lowering -------------------------------------------------------------------
     def lower_node(self, n: Node) -> None:
-        c, op = self.c, n.op
+        op = n.op
         A = [self.bits[a] for a in n.args if a in self.bits]
-        if op not in (Op.MUX, Op.SLICE, Op.CONCAT):
+        if op not in (Op.MUX, Op.SLICE, Op.CONCAT, Op.AND, Op.OR, Op.XOR, Op.NOT):
             A = [[self.mat(x) for x in bits] for bits in A]
         W = n.width
         if op is Op.CONST:
@@ -518,13 +455,18 @@ class Lowerer:
             k, f = n.param
             r = [Form(0, {ln: 1}, 0, 1) for ln in self.field_lane_ids[k][f]]
         elif op is Op.NOT:
-            r = [lin([(-1, x)], 1) for x in A[0]]
+            r = [self.negate(x) for x in A[0]]
         elif op in (Op.AND, Op.OR, Op.XOR):
-            f = {Op.AND: lambda v: int(v >= 2), Op.OR: lambda v: int(v >= 1),
-                 Op.XOR: lambda v: v & 1}[op]
-            r = [self.pending(lin([(1, x), (1, y)]), f) for x, y in zip(A[0], A[1])]
+            r = [self.sym(op.value, (x, y)) for x, y in zip(A[0], A[1])]
         elif op in (Op.ADD, Op.SUB):
-            r = self.add_bits(A[0], A[1], op is Op.SUB)
+            if n.id in self.absorbed:       # its one reader (an add) sums its operands
+                return
+            terms = self.add_terms(n.id, 1)
+            if len(terms) == 2 and terms[0][0] == 1:
+                x, y = ([self.mat(v) for v in self.bits[t]] for _, t in terms)
+                r = self.add_bits(x, y, terms[1][0] < 0)
+            else:
+                r = self.multi_add(terms, W)
         elif op is Op.MUL:
             r = self.mul_bits(A[0], A[1])
         elif op is Op.EQ:
@@ -535,7 +477,7 @@ class Lowerer:
             e = [lin([(1, b[j]), (-1, a[j])]) for j in range(Wa)]
             if op is Op.SLT:
                 e[-1] = lin([(1, a[-1]), (-1, b[-1])])
-            r = [self.prefix_pos(e, [Wa - 1])[Wa - 1]]
+            r = [self.prefix_pos(e, [Wa - 1], lazy=True)[Wa - 1]]
         elif op in (Op.SHL, Op.LSHR, Op.ASHR):
             r = self.shift_bits(op, A[0], A[1])
         elif op is Op.SLICE:
@@ -543,8 +485,9 @@ class Lowerer:
         elif op is Op.CONCAT:
             r = [x for part in reversed(A) for x in part]
         elif op is Op.MUX:
-            s = self.mat(A[0][0])
-            r = [self.mux_lazy(s, x, y) for x, y in zip(A[1], A[2])]
+            s = A[0][0]
+            ns = self.negate(s) if isinstance(s, PendingBit) and s.form is None else None
+            r = [self.mux_lazy(s, x, y, ns) for x, y in zip(A[1], A[2])]
         elif op is Op.MEM_READ:
             r = self.mem_read(n, A[0])
         elif op is Op.MEM_WRITE:
@@ -558,19 +501,52 @@ class Lowerer:
                                 f"(found a {op.value} node); wrap the module in a circuit")
         self.bits[n.id] = r
 
-    def eq_bits(self, a: Sequence[Form], b: Sequence[Form]) -> Form:
+    def add_terms(self, nid: int, sign: int) -> list[tuple[int, int]]:
+        """The (sign, node) operands of the chain of adds and subtracts rooted at ``nid``
+        (inner ones absorbed: read by this chain only, same width)."""
+        n = self.c.nodes[nid]
+        out = []
+        for k, a in enumerate(n.args):
+            s = sign if (n.op is Op.ADD or k == 0) else -sign
+            out += self.add_terms(a, s) if a in self.absorbed else [(s, a)]
+        return out
+
+    def multi_add(self, terms: list[tuple[int, int]], W: int) -> list[Form]:
+        """sum of sign * operand mod 2^W (carry-save: -x is ~x + 1; the columns are
+        compressed to two rows, then one adder)."""
+        cols: list[list[Form]] = [[] for _ in range(W)]
+        neg = 0
+        for sign, a in terms:
+            bits = [self.mat(x) for x in self.bits[a]]
+            for i, x in enumerate(bits):
+                y = x if sign > 0 else lin([(-1, x)], 1)
+                if not (y.is_const and y.c == 0):
+                    cols[i].append(y)
+            neg += sign < 0
+        for i in range(W):
+            if (neg >> i) & 1:
+                cols[i].append(const(1))
+        return self.sum_columns(cols)
+
+    def eq_bits(self, a: Sequence[Form], b: Sequence[Form]) -> "Form | PendingBit":
+        """a == b: [sum 2^j (a_j - b_j) == 0] per byte, then their AND (left pending)."""
         W = len(a)
         is0 = lambda v: int(v == 0)
         parts = []
         for b0 in range(0, W, 8):
             T = lin([(1 << (j - b0), a[j]) for j in range(b0, min(W, b0 + 8))] +
                     [(-(1 << (j - b0)), b[j]) for j in range(b0, min(W, b0 + 8))])
-            parts.append(self.fn(T, is0))
+            parts.append(T)
         if len(parts) == 1:
-            return parts[0]
-        return self.fn(lin([(1, p) for p in parts]), lambda v: int(v >= len(parts)))
+            return self.pending(parts[0], is0)
+        return self.sym("and", [self.fn(T, is0) for T in parts])
 
     def shift_bits(self, op: Op, a: Sequence[Form], amt: Sequence[Form]) -> list[Form]:
+        """A variable shift as one-hot selection: the amount bits that shift within the
+        width are cut into groups of at most :data:`SHIFT_GROUP` bits (one stage each: W = 32
+        is one stage, 64 two); in a group, output bit i is sum over the group's values k of
+        relu(src(i, k) + [amount bits == k] - H), where H (the sum of the amount bits worth
+        >= W) switches every term off in the first group (ASHR then selects the sign)."""
         W = len(a)
         fill = a[-1] if op is Op.ASHR else const(0)
         if all(x.is_const for x in amt):
@@ -585,37 +561,39 @@ class Lowerer:
             if H.c:
                 return [fill] * W if op is Op.ASHR else [const(0)] * W
             H = None
+        if not low:                      # W == 1: only the overflow test remains
+            if H is None or op is Op.ASHR:
+                return list(a)
+            return [self.relu_sum([(lin([(1, a[0]), (-1, H)]), 1)], 0, 1)]
+        ng = -(-len(low) // SHIFT_GROUP)
+        groups = [low[g * len(low) // ng:(g + 1) * len(low) // ng] for g in range(ng)]
         cur = list(a)
-        first = True
-        for k in low:
-            s = amt[k]
-            d = 1 << k
+        for gi, grp in enumerate(groups):
+            hh = [(-1, H)] if H is not None and gi == 0 else []
             nxt = []
             for i in range(W):
-                src = (cur[i - d] if i - d >= 0 else const(0)) if op is Op.SHL else \
-                      (cur[i + d] if i + d < W else fill)
-                hh = H if first else None
-                if op is Op.ASHR and hh is not None:
-                    M = len(high) + 1
-                    terms = [(lin([(1, cur[i]), (-1, s), (-1, hh)]), 1),
-                             (lin([(1, src), (1, s), (-1, hh)], -1), 1),
-                             (lin([(M, fill), (1, hh)], -M), 1),
-                             (lin([(M, fill), (1, hh)], -M - 1), -1)]
-                    nxt.append(self.relu_sum(terms, 0, 1))
-                else:
-                    nxt.append(self.mux(s, cur[i], src, hh))
+                terms = []
+                for k in range(1 << len(grp)):
+                    d = sum(((k >> j) & 1) << b for j, b in enumerate(grp))
+                    j = i - d if op is Op.SHL else i + d
+                    src = cur[j] if 0 <= j < W else (fill if op is not Op.SHL else const(0))
+                    if src.is_const and src.c == 0:
+                        continue
+                    match = [(1, amt[b]) if (k >> q) & 1 else (-1, amt[b])
+                             for q, b in enumerate(grp)]
+                    nzero = sum(1 for q in range(len(grp)) if not (k >> q) & 1)
+                    terms.append((lin([(1, src)] + match + hh, nzero - len(grp)), 1))
+                if hh and op is Op.ASHR:     # amount >= W: the sign, whatever the low bits
+                    M = H.hi
+                    terms += [(lin([(1, H), (M, fill)], -M), 1),
+                              (lin([(1, H), (M, fill)], -M - 1), -1)]
+                nxt.append(self.relu_sum(terms, 0, 1))
             cur = nxt
-            first = False
-        if first and H is not None:      # W == 1: only the overflow test remains
-            if op is Op.ASHR:
-                return cur
-            return [self.relu_sum([(lin([(1, cur[0]), (-1, H)]), 1)], 0, 1)]
         return cur
 
     def mul_bits(self, a: Sequence[Form], b: Sequence[Form]) -> list[Form]:
-        """Low W bits of a*b: partial-product ANDs (one stage), column compression with
-        counters (each column's bit count, as binary, goes to the next columns: heights
-        W -> log2(W+1) -> ... -> 2), then one adder."""
+        """Low W bits of a*b: partial-product ANDs (one stage), column compression
+        (:meth:`compress`), then one adder."""
         W = len(a)
         AND = lambda v: int(v >= 2)
         cols: list[list[Form]] = [[] for _ in range(W)]
@@ -624,42 +602,88 @@ class Lowerer:
                 p = self.fn(lin([(1, a[i]), (1, b[j])]), AND)
                 if not (p.is_const and p.c == 0):
                     cols[i + j].append(p)
-        for _ in range(16):
-            if all(len(col) <= 2 for col in cols):
-                break
-            new: list[list[Form]] = [[] for _ in range(W)]
-            for k, col in enumerate(cols):
-                if len(col) <= 2:
-                    new[k].extend(col)
-                    continue
-                T = lin([(1, x) for x in col])
-                nb = max(1, T.hi.bit_length())
-                outs = self.fns(T, [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
-                for q, o in enumerate(outs):
-                    if k + q < W and not (o.is_const and o.c == 0):
-                        new[k + q].append(o)
-            cols = new
+        return self.sum_columns(cols)
+
+    def sum_columns(self, cols: list[list[Form]]) -> list[Form]:
+        """The low len(cols) bits of sum over k of 2^k * sum(cols[k]) (entries are bits or
+        constants): :meth:`compress` to two rows, then one adder."""
+        cols = self.compress(cols)
         r0 = [col[0] if col else const(0) for col in cols]
         r1 = [col[1] if len(col) > 1 else const(0) for col in cols]
         if all(x.is_const and x.c == 0 for x in r1):
             return r0
         return self.add_bits(r0, r1, False)
 
+    def compress(self, cols: list[list[Form]]) -> list[list[Form]]:
+        """Columns of bits -> columns of at most two bits with the same weighted sum (mod
+        2^len(cols)). One stage per round: the columns are cut into blocks of b adjacent
+        columns, each block's weighted sum T = sum 2^(c-k) * col[c] (<= 255) is written
+        out in binary (shared neurons relu(T - v)), bit q going to column k + q. With h rows,
+        b is chosen so that ceil(bits(h * (2^b - 1)) / b) is smallest: 3 rows -> 2, 4 -> 2,
+        8 -> 2 (b = 3), 32 -> 3 -> 2."""
+        W = len(cols)
+        for _ in range(32):
+            h = max(len(col) for col in cols)
+            if h <= 2:
+                break
+            best = None
+            for bw in range(1, 9):
+                top = h * ((1 << bw) - 1)
+                if top > MAX_SPAN:
+                    break
+                rows = -(-top.bit_length() // bw)
+                if best is None or rows < best[0]:
+                    best = (rows, bw)
+            bw = best[1] if best else 1
+            new: list[list[Form]] = [[] for _ in range(W)]
+            for k in range(0, W, bw):
+                blk = range(k, min(W, k + bw))
+                if sum(len(cols[c]) for c in blk) <= 1:
+                    for c in blk:
+                        new[c].extend(cols[c])
+                    continue
+                T = lin([(1 << (c - k), x) for c in blk for x in cols[c]])
+                if T.is_const:
+                    outs = [const((T.c >> q) & 1) for q in range(max(1, T.c.bit_length()))]
+                else:
+                    nb = max(1, T.hi.bit_length())
+                    outs = self.fns(T, [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
+                for q, o in enumerate(outs):
+                    if k + q < W and not (o.is_const and o.c == 0):
+                        new[k + q].append(o)
+            cols = new
+        return cols
+
     # ---- memories --------------------------------------------------------------------------
     def plan(self, name: str) -> MemPlan:
+        """The memory's banking: a RAM stores one word per row (a GDN write replaces a whole
+        row), one bit per cell; a ROM packs 2^pack words per row, and a ROM that would take
+        more than :data:`BYTE_CELL_BANKS` banks stores 8 bits per cell (when the Lowerer
+        allows byte cells) if that takes fewer banks and the MLP can unpack a word (255
+        neurons per byte) in one layer."""
         if name not in self.mems:
             m = self.c.memories[name]
             t = self.target
             rows = t.rows_per_bank
-            pack = 0
             has_write = any(n.op is Op.MEM_WRITE and n.param == name for n in self.c.nodes)
-            if not has_write:       # ROM: pack words into a row while they fit one bank
-                while (2 << pack) * m.width <= t.cols_per_bank and (1 << pack) < m.depth:
-                    pack += 1
-            nrows = -(-m.depth // (1 << pack))
-            self.mems[name] = MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
-                                      self.mem_last[name], rows, -(-nrows // rows),
-                                      -(-(m.width << pack) // t.cols_per_bank), pack)
+
+            def layout(cell: int) -> MemPlan:
+                cw = -(-m.width // cell)
+                pack = 0
+                if not has_write:   # ROM: pack words into a row while they fit one bank
+                    while (2 << pack) * cw <= t.cols_per_bank and (1 << pack) < m.depth:
+                        pack += 1
+                nrows = -(-m.depth // (1 << pack))
+                return MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
+                               self.mem_last[name], rows, -(-nrows // rows),
+                               -(-(cw << pack) // t.cols_per_bank), pack, cell)
+            p = layout(1)
+            if not has_write and self.byte_cells and p.kheads > BYTE_CELL_BANKS and m.width > 1:
+                q = layout(8)
+                unpack = 255 * q.cells          # neurons one read's unpacking takes
+                if q.kheads < p.kheads and (t.mlp_width is None or t.mlp_width >= unpack):
+                    p = q
+            self.mems[name] = p
         return self.mems[name]
 
     def need(self, name: str, forms: Iterable[Form]) -> None:
@@ -669,12 +693,22 @@ class Lowerer:
             self.bumps[name] = max(self.bumps.get(name, 0), L)
 
     def mem_read(self, n: Node, addr: list[Form]) -> list[Form]:
+        """One lane per cell of the word, read in the memory's GDN layers; byte cells are
+        unpacked into bits by the next MLP (255 shared neurons per byte, one stage)."""
         p = self.plan(n.param)
         self.need(n.param, addr)
         slot = 2 * p.last
-        lanes = [self.new_lane(slot, 0, 1, f"{n.param}[].{i}") for i in range(n.width)]
+        nbs = [min(p.cell, n.width - ci * p.cell) for ci in range(p.cells)]
+        lanes = [self.new_lane(slot, 0, (1 << nb) - 1, f"{n.param}[].{i}")
+                 for i, nb in enumerate(nbs)]
         p.reads.append(ReadPort(n.id, list(addr), lanes))
-        return [Form(0, {ln: 1}, 0, 1) for ln in lanes]
+        if p.cell == 1:
+            return [Form(0, {ln: 1}, 0, 1) for ln in lanes]
+        out: list[Form] = []
+        for ln, nb in zip(lanes, nbs):
+            out += self.fns(Form(0, {ln: 1}, 0, (1 << nb) - 1),
+                            [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
+        return out
 
     def mem_write(self, n: Node, addr: list[Form], data: list[Form], en: Form) -> None:
         p = self.plan(n.param)
@@ -695,7 +729,22 @@ class Lowerer:
         self.out_args: list[list[Form]] = []
         for name in c.memories:
             self.plan(name)
+        users: dict[int, list[int]] = {}
         for n in c.nodes:
+            for a in n.args:
+                users.setdefault(a, []).append(n.id)
+        self.absorbed = {n.id for n in c.nodes if n.op in (Op.ADD, Op.SUB)
+                         and len(users.get(n.id, ())) == 1
+                         and c.nodes[users[n.id][0]].op in (Op.ADD, Op.SUB)
+                         and c.nodes[users[n.id][0]].width == n.width}
+        live: set[int] = set()         # nodes some memory write or the next token reads
+        for n in reversed(c.nodes):
+            if n.op in (Op.MEM_WRITE, Op.TOKEN_OUT) or n.id in live:
+                live.add(n.id)
+                live.update(n.args)
+        for n in c.nodes:
+            if n.id not in live:       # e.g. a named signal nothing reads: no neurons
+                continue
             self.cur = n.id
             self.lower_node(n)
         self.cur = -1
@@ -712,4 +761,4 @@ class Lowerer:
                    [2 * L + 1 for L, ns in self.mlp.items() if ns] + [0])
         n_layers = last // 2 + 1
         return Program(c, self.target, self.lanes, self.mlp, self.mems, self.kind_lane_ids,
-                       self.field_lane_ids, out_kind, out_fields, n_layers)
+                       self.field_lane_ids, out_kind, out_fields, n_layers, bits=self.bits)

@@ -1,6 +1,6 @@
 """Retiming: move MLP neurons away from their ASAP layers where that needs fewer residual dims.
 
-Takes: a scheduled :class:`backends.lower.Program` (neurons placed as early as their inputs
+Takes: a scheduled :class:`backends.program.Program` (neurons placed as early as their inputs
 allow, memories in their GDN layers), before lane allocation. Gives: the same Program with
 some neuron *groups* moved to later MLP layers (``prog.mlp`` and the moved lanes' ``slot``)
 and ``prog.sched``, a record of the outcome::
@@ -9,7 +9,7 @@ and ``prog.sched``, a record of the outcome::
      "mlp_width": 58}
 
 (dims as :func:`backends.lanes.plan` allocates them, clear neurons included; ``mlp_width`` is
-the MLP budget the pass kept to, which :func:`backends.lanes.allocate` keeps too). Memories,
+the MLP budget the pass kept to, which :func:`backends.lanes.allocate` must then keep to). Memories,
 GDN layers and the number of layers never change, and the retimed program is kept only when
 it needs fewer dims than the ASAP one.
 
@@ -46,7 +46,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from backends.lanes import first_writes, plan, reads
-from backends.lower import Neuron, Program
+from backends.program import Neuron, Placed, Program, Retimed, copy_for_change
 
 #: The most pairs of improvement passes from each start (each pass visits every group once).
 MAX_PASSES = 4
@@ -268,6 +268,14 @@ def _mlp_of(groups: list[Group], prog: Program) -> dict[int, list[Neuron]]:
     for g in groups:
         mlp.setdefault(g.layer, []).extend(g.neurons)
     return mlp
+
+
+def run(placed: Placed) -> Retimed:
+    """Retime a copy of ``placed``'s program (``placed`` is left as it was): the
+    :class:`backends.program.Retimed` program and the MLP width the pass kept to."""
+    prog = copy_for_change(placed.prog, lanes=True)
+    rec = retime(prog)
+    return Retimed(prog, rec["mlp_width"])
 
 
 def retime(prog: Program) -> dict[str, int]:

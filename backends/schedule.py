@@ -1,7 +1,7 @@
 """Scheduling: the depth rule, memory layers, and the final layer assignment.
 
 Takes: a checked circuit and a :class:`backends.target.Target`. Gives: a
-:class:`backends.lower.Program` whose neurons sit in MLP layers and whose memories sit in
+:class:`backends.program.Program` whose neurons sit in MLP layers and whose memories sit in
 GDN layers, or a :class:`DepthRuleError` naming the offending signal and its source line.
 
 How. The dependency graph (NetworkX, from :meth:`hdl.ir.Circuit.graph`) gives, for every
@@ -11,7 +11,9 @@ depends on itself, or a cycle of memories, breaks the depth rule (the only path 
 layer back to a shallow one is the next token). Then neurons are placed greedily, as early
 as their inputs allow (ASAP list scheduling under the target's MLP budget), and memories are
 pushed down until their inputs are ready and their layer has key heads left: a fixed point,
-reached in at most (number of memories x layers) rounds.
+reached in at most (number of memories x layers) rounds. A target sized to fit (compact)
+then gets the smallest key-head budget per layer that keeps the layer count, since every
+layer of the checkpoint has the widest layer's head count.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import networkx as nx
 
 from hdl.diagnostics import CompileError, Diagnostic
 from hdl.ir import Circuit, Node, Op
-from backends.lower import LoweringError, Lowerer, Program
+from backends.lower import LoweringError, Lowerer
+from backends.program import Placed, Program
 from backends.target import Target
 
 
@@ -88,11 +91,10 @@ def check_depth_rule(c: Circuit) -> nx.DiGraph:
             user, a, r = why[(m, m)]
             sig = _signal_on_path(c, g, r, a)
             what = "write to" if user.op is Op.MEM_WRITE else "read address of"
-            signame = sig.name or f"node {sig.id}"
             diags.append(Diagnostic(
                 sig.loc,
                 f"depth rule: the {what} memory '{m}' depends on a read of '{m}' in the same "
-                f"step, through signal '{signame}'; a memory's reads and writes happen in one "
+                f"step, through {c.describe(sig.id)}; a memory's reads and writes happen in one "
                 f"layer, so its address, data and enable must be computed before that layer",
                 [(c.nodes[r].loc, f"the read of '{m}' is here"),
                  (user.loc, f"the {what.split()[0]} is here"),
@@ -110,7 +112,7 @@ def check_depth_rule(c: Circuit) -> nx.DiGraph:
             diags.append(Diagnostic(
                 sig.loc,
                 f"depth rule: memories {ring} read each other in the same step (here through "
-                f"signal '{sig.name or f'node {sig.id}'}'); each must sit in a deeper layer "
+                f"{c.describe(sig.id)}); each must sit in a deeper layer "
                 f"than the memories it reads, which a cycle cannot",
                 [(user.loc, f"fix: {FIX}")]))
     if diags:
@@ -118,20 +120,44 @@ def check_depth_rule(c: Circuit) -> nx.DiGraph:
     return mg
 
 
-def schedule(c: Circuit, target: Target) -> Program:
-    """Lower and place the whole circuit (see the module docstring)."""
+def byte_cells_exact(target: Target, dtype: str) -> bool:
+    """Whether byte-valued state cells read back exactly in every kernel: in bf16 always; in
+    fp32 only with one-hot queries (d_k a power of 4), since transformers' chunked kernel
+    scales a two-hot query to 2^-4 (1 - 2^-24), which only power-of-two cells survive
+    (docs/backend.md, "Check")."""
+    return dtype == "bf16" or not target.two_hot
+
+
+def schedule(c: Circuit, target: Target, byte_cells: bool = True) -> Program:
+    """Lower and place the whole circuit (see the module docstring). ``byte_cells``: large
+    ROMs may store 8 bits per state cell (exact in bf16, and in fp32 when d_k is a power
+    of 4; :func:`byte_cells_exact`)."""
     c.check()
     if not c.kinds:
         raise LoweringError(f"{c.loc}: '{c.name}' is a module: compile a circuit with tokens")
     mg = check_depth_rule(c)
+    prog = _place(c, target, mg, target.k_heads, byte_cells)
+    if target.k_heads is None and prog.mems:
+        prog = _balance(c, target, mg, prog, byte_cells)
+    return prog
+
+
+def run(c: Circuit, target: Target, byte_cells: bool = True) -> Placed:
+    """The first stage of the pipeline: :func:`schedule` as a :class:`backends.program.Placed`."""
+    return Placed(schedule(c, target, byte_cells))
+
+
+def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
+           byte_cells: bool) -> Program:
+    """Lower with memory layers found by the fixed point (module docstring), at most
+    ``budget`` key heads per layer (None: any)."""
     layer = {m: 0 for m in c.memories}
     for m in nx.topological_sort(mg):          # a first guess: one layer per dependency level
         for p in mg.predecessors(m):
             layer[m] = max(layer[m], layer[p] + 1)
-    budget = target.k_heads
     last = dict(layer)
     for _ in range(64 * (len(c.memories) + 1) + 64):
-        lw = Lowerer(c, target, dict(layer), dict(last))
+        lw = Lowerer(c, target, dict(layer), dict(last), byte_cells)
         prog = lw.run()
         changed = False
         for m, L in lw.bumps.items():
@@ -153,6 +179,31 @@ def schedule(c: Circuit, target: Target) -> Program:
         prog.n_layers = n_layers
         return prog
     raise LoweringError(f"{c.loc}: internal: memory placement did not converge")
+
+
+def _balance(c: Circuit, target: Target, mg: nx.DiGraph, prog: Program,
+             byte_cells: bool) -> Program:
+    """For a target sized to fit (compact: every layer gets the widest layer's key heads):
+    the smallest per-layer key-head budget that keeps ``prog``'s layer count (binary
+    search), so banks spread over the layers that have room instead of piling up in one."""
+    per: dict[int, int] = {}
+    for p in prog.mems.values():
+        for L, _ in p.banks:
+            per[L] = per.get(L, 0) + 1
+    hi = max(per.values())
+    lo = max(1, -(-sum(per.values()) // prog.n_layers))
+    best = prog
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            q = _place(c, target, mg, mid, byte_cells)
+        except LoweringError:
+            q = None
+        if q is not None and q.n_layers <= prog.n_layers:
+            best, hi = q, mid
+        else:
+            lo = mid + 1
+    return best
 
 
 def allocate_banks(prog: Program, budget: int | None) -> dict[str, int]:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltachip.errors import UserError
+from common.errors import UserError
 
 
 class TargetError(UserError):
@@ -97,6 +97,22 @@ QWEN35_4B = Target("qwen3.5-4b", d_k=128, d_v=128, v_per_k=2, k_heads=16, mlp_wi
                    base_hidden=2560)
 
 
+#: the integer fields of a Qwen3.5 text config a target reads: (lowest, highest, default);
+#: a default of None means the field is required. The bounds keep one chip layer's dense
+#: weights within a few GB (``hidden_size`` x ``intermediate_size``) and the head geometry
+#: within what the GDN construction supports (docs/backend.md, "Targets").
+CONFIG_INTS: dict[str, tuple[int, int, int | None]] = {
+    "hidden_size": (1, 32768, None),
+    "intermediate_size": (1, 131072, None),
+    "linear_num_key_heads": (1, 256, None),
+    "linear_num_value_heads": (1, 1024, None),
+    "linear_key_head_dim": (4, 1024, None),
+    "linear_value_head_dim": (4, 1024, None),
+    "linear_conv_kernel_dim": (3, 64, 4),
+}
+DEFAULT_EPS = 1e-6
+
+
 def get_target(spec: str) -> Target:
     """The target named ``spec`` or read from the Qwen3.5 config file at path ``spec``."""
     if spec == "compact":
@@ -109,22 +125,64 @@ def get_target(spec: str) -> Target:
                           "of a Qwen3.5 config.json")
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise TargetError(f"target {spec}: cannot read the config: {e}") from e
-    cfg = cfg.get("text_config", cfg)
-    try:
-        nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
-        t = Target(path.name, d_k=int(cfg["linear_key_head_dim"]),
-                   d_v=int(cfg["linear_value_head_dim"]), v_per_k=nv // nk, k_heads=nk,
-                   mlp_width=int(cfg["intermediate_size"]),
-                   conv_kernel=int(cfg.get("linear_conv_kernel_dim", 4)),
-                   base_hidden=int(cfg["hidden_size"]), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
-        raise TargetError(f"target {spec}: not a Qwen3.5 text config (missing or bad {e})") from e
-    if nv % nk or t.conv_kernel < 3:
-        raise TargetError(f"target {spec}: need value heads a multiple of key heads and a "
-                          "conv kernel >= 3")
-    _ = t.value_ballast
-    if t.two_hot and not math.log2(t.d_k * 2).is_integer():
-        raise TargetError(f"target {spec}: key head size {t.d_k} is not 2 * 4^k or 4^k")
+    except OSError as e:
+        raise TargetError(f"target {spec}: cannot read the config: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise TargetError(f"target {spec}: not valid JSON: {e}") from None
+    return target_from_config(cfg, spec, path.name)
+
+
+def target_from_config(cfg: object, spec: str, name: str) -> Target:
+    """The target of a parsed Qwen3.5 config (the object itself or its ``text_config``);
+    every field it reads is checked, and a TargetError names the first bad one."""
+    if not isinstance(cfg, dict):
+        raise TargetError(f"target {spec}: not a Qwen3.5 text config (the JSON is "
+                          f"{_json_kind(cfg)}, not an object)")
+    if "text_config" in cfg:
+        cfg = cfg["text_config"]
+        if not isinstance(cfg, dict):
+            raise TargetError(f"target {spec}: field 'text_config' must be an object, got "
+                              f"{_json_kind(cfg)}")
+    v: dict[str, int] = {}
+    for key, (lo, hi, default) in CONFIG_INTS.items():
+        if key not in cfg:
+            if default is None:
+                raise TargetError(f"target {spec}: not a Qwen3.5 text config (no field "
+                                  f"'{key}')")
+            v[key] = default
+            continue
+        x = cfg[key]
+        if not isinstance(x, int) or isinstance(x, bool) or not lo <= x <= hi:
+            raise TargetError(f"target {spec}: field '{key}' must be an integer from {lo} to "
+                              f"{hi}, got {json.dumps(x)}")
+        v[key] = x
+    eps = cfg.get("rms_norm_eps", DEFAULT_EPS)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) \
+            or eps <= 0:
+        raise TargetError(f"target {spec}: field 'rms_norm_eps' must be a finite number > 0, "
+                          f"got {json.dumps(eps)}")
+    nk, nv = v["linear_num_key_heads"], v["linear_num_value_heads"]
+    if nv % nk:
+        raise TargetError(f"target {spec}: field 'linear_num_value_heads' ({nv}) must be a "
+                          f"multiple of 'linear_num_key_heads' ({nk})")
+    t = Target(name, d_k=v["linear_key_head_dim"], d_v=v["linear_value_head_dim"],
+               v_per_k=nv // nk, k_heads=nk, mlp_width=v["intermediate_size"],
+               conv_kernel=v["linear_conv_kernel_dim"], base_hidden=v["hidden_size"],
+               rms_eps=float(eps))
+    if not any(t.d_v % n == 0 and is_power_of_4(t.d_v // n) for n in (1, 2, 3, 4)):
+        raise TargetError(f"target {spec}: field 'linear_value_head_dim' ({t.d_v}) has no exact "
+                          "ballast (need n * 4^k with n <= 4)")
+    if t.two_hot and not is_power_of_4(t.d_k * 2):
+        raise TargetError(f"target {spec}: field 'linear_key_head_dim' ({t.d_k}) must be 4^k "
+                          "or 2 * 4^k")
     return t
+
+
+def _json_kind(x: object) -> str:
+    """How JSON calls the type of ``x``: 'an array', 'a string', 'null', ..."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "a boolean"
+    return {dict: "an object", list: "an array", str: "a string", int: "a number",
+            float: "a number"}.get(type(x), type(x).__name__)

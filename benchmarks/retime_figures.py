@@ -2,7 +2,7 @@
 
 For each example (examples/*/<name>.hdl) and two random ~1,000-node circuits with memories
 (tests/hdl/ir_fuzz.py), schedules for ``--target`` and allocates lanes twice: ASAP only
-(``lanes.allocate(prog, retime=False)``) and with the retiming pass (the default). Prints
+(``lanes.allocate(prog)``) and after the retiming pass (``retime``, then ``lanes.allocate(prog, cap)``). Prints
 layers, dims, the widest MLP layer, neurons moved, and the seconds of scheduling and of
 allocation (retiming included).
 
@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends import lanes  # noqa: E402
+from backends.retime import retime  # noqa: E402
 from backends.schedule import DepthRuleError, check_depth_rule, schedule  # noqa: E402
 from backends.target import get_target  # noqa: E402
 from hdl.frontend import load_circuit  # noqa: E402
@@ -59,9 +60,9 @@ def main() -> None:
         p = schedule(c, tgt)
         ts = time.perf_counter() - t0
         p1 = copy.deepcopy(p)
-        lanes.allocate(p1, retime=False)
+        lanes.allocate(p1)
         t0 = time.perf_counter()
-        lanes.allocate(p)
+        lanes.allocate(p, retime(p)["mlp_width"])
         ta = time.perf_counter() - t0
         width = lambda q: max((len(v) for v in q.mlp.values()), default=0)
         print(f"| {name} | {p.n_layers} | {p1.n_phys} | {p.n_phys} | {width(p1)} -> {width(p)} "

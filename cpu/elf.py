@@ -2,21 +2,24 @@
 
 :func:`read_elf` takes a path and returns an :class:`ElfImage` (entry point, the PT_LOAD
 segments with their bytes, the symbol table); it checks that every segment fits inside one
-region of the memory map (:mod:`cpu.memmap`). Anything wrong with the file raises
-:class:`ElfError` (a :class:`deltachip.errors.UserError`) whose text names the file and the
+region of the memory map (:mod:`cpu.memmap`) and that no two segments overlap. Anything
+wrong with the file raises
+:class:`ElfError` (a :class:`common.errors.UserError`) whose text names the file and the
 problem; never a pyelftools traceback.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from cpu import memmap
-from deltachip.errors import UserError
+from common.errors import UserError
 
 EM_RISCV = 243
 ELF32_HEADER_SIZE = 52
@@ -93,35 +96,72 @@ def read_elf(path: str | Path) -> ElfImage:
     if len(raw) < ELF32_HEADER_SIZE:
         raise ElfError(f"{path}: truncated ELF file: {len(raw)} bytes, less than the "
                        f"{ELF32_HEADER_SIZE}-byte ELF header")
+    return _parse(path, raw)
+
+
+@contextmanager
+def _reading(path: Path, what: str) -> Iterator[None]:
+    """Turn whatever pyelftools (or construct under it) raises while reading ``what`` into
+    an ElfError in our words: ``corrupt or truncated ELF file: cannot read its WHAT``, never
+    pyelftools' own texts ("String Table not found")."""
     try:
-        return _parse(path, raw)
+        yield
     except ElfError:
         raise
     except (ELFError, ELFParseError, ValueError, KeyError, IndexError, AssertionError,
-            UnicodeDecodeError) as e:
-        raise ElfError(f"{path}: corrupt or truncated ELF file: {e or type(e).__name__}") from None
+            UnicodeDecodeError, TypeError, AttributeError, OverflowError):
+        raise ElfError(f"{path}: corrupt or truncated ELF file: cannot read its {what}") from None
     except Exception as e:  # construct/struct errors from a damaged file
         if type(e).__module__.startswith(("construct", "struct", "elftools")):
-            raise ElfError(f"{path}: corrupt or truncated ELF file: {e}") from None
+            raise ElfError(f"{path}: corrupt or truncated ELF file: cannot read its "
+                           f"{what}") from None
         raise
 
 
 def _parse(path: Path, raw: bytes) -> ElfImage:
+    """Read ``raw`` in stages (header, program headers, symbols), checking each before the
+    next, so the first problem found is the one reported."""
     import io
-    elf = ELFFile(io.BytesIO(raw))
-    if elf.elfclass != 32:
-        raise ElfError(f"{path}: not an RV32 executable: ELF class is {elf.elfclass}-bit "
+    with _reading(path, "header"):
+        elf = ELFFile(io.BytesIO(raw))
+        header = dict(elf.header)
+        elfclass, little = elf.elfclass, elf.little_endian
+    _check_header(path, elfclass, little, header)
+    with _reading(path, "program headers (segments)"):
+        segs = [dict(seg.header) for seg in elf.iter_segments()]
+    segments = _check_segments(path, raw, segs)
+    entry = _check_entry(path, header["e_entry"], segments)
+    with _reading(path, "section headers or symbol table"):
+        symbols: dict[str, Symbol] = {}
+        for section in elf.iter_sections():
+            if isinstance(section, SymbolTableSection):
+                for sym in section.iter_symbols():
+                    if sym.name and sym.name not in symbols:
+                        symbols[sym.name] = Symbol(sym.name, sym["st_value"], sym["st_size"],
+                                                   sym["st_shndx"])
+    return ElfImage(path, entry, segments, symbols)
+
+
+def _check_header(path: Path, elfclass: int, little: bool, header: dict) -> None:
+    """ElfError unless the header is an RV32 little-endian executable's."""
+    if elfclass != 32:
+        raise ElfError(f"{path}: not an RV32 executable: ELF class is {elfclass}-bit "
                        "(expected 32-bit)")
-    if not elf.little_endian:
+    if not little:
         raise ElfError(f"{path}: not an RV32 executable: big-endian (expected little-endian)")
-    machine = elf.header["e_machine"]
+    machine = header["e_machine"]
     if machine not in ("EM_RISCV", EM_RISCV):
         raise ElfError(f"{path}: not an RV32 executable: machine is {machine} (expected EM_RISCV)")
-    if elf.header["e_type"] != "ET_EXEC":
-        raise ElfError(f"{path}: not an executable: ELF type is {elf.header['e_type']} "
+    if header["e_type"] != "ET_EXEC":
+        raise ElfError(f"{path}: not an executable: ELF type is {header['e_type']} "
                        "(expected ET_EXEC; link the program, don't pass an object file)")
+
+
+def _check_segments(path: Path, raw: bytes, segs: list[dict]) -> list[Segment]:
+    """The PT_LOAD segments of program headers ``segs``, each whole in the file and in one
+    region of the memory map, no two overlapping; else ElfError."""
     segments: list[Segment] = []
-    for index, seg in enumerate(elf.iter_segments()):
+    for index, seg in enumerate(segs):
         if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
             continue
         vaddr, filesz, memsz, offset = seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"], seg["p_offset"]
@@ -140,7 +180,17 @@ def _parse(path: Path, raw: bytes) -> ElfImage:
         segments.append(Segment(index, vaddr, raw[offset:offset + filesz], memsz, flags, region))
     if not segments:
         raise ElfError(f"{path}: no loadable (PT_LOAD) segment")
-    entry = elf.header["e_entry"]
+    by_addr = sorted(segments, key=lambda s: (s.vaddr, s.index))
+    for a, b in zip(by_addr, by_addr[1:]):
+        if b.vaddr < a.vaddr + a.memsz:
+            first, second = sorted((a, b), key=lambda s: s.index)
+            raise ElfError(f"{path}: corrupt ELF file: {first.describe()} overlaps "
+                           f"{second.describe()}")
+    return segments
+
+
+def _check_entry(path: Path, entry: int, segments: list[Segment]) -> int:
+    """``entry`` if it is a word-aligned address inside a loaded code segment; else ElfError."""
     if not (memmap.CODE_BASE <= entry < memmap.CODE_END) or entry % 4:
         raise ElfError(f"{path}: entry point 0x{entry:08x} is not a word-aligned address in "
                        f"code ROM {span_text(memmap.CODE_BASE, memmap.CODE_SIZE)}")
@@ -149,11 +199,5 @@ def _parse(path: Path, raw: bytes) -> ElfImage:
         spans = ", ".join(span_text(s.vaddr, len(s.data)) for s in code) or "none"
         raise ElfError(f"{path}: entry point 0x{entry:08x} is outside the loaded code "
                        f"(code segments: {spans})")
-    symbols: dict[str, Symbol] = {}
-    for section in elf.iter_sections():
-        if isinstance(section, SymbolTableSection):
-            for sym in section.iter_symbols():
-                if sym.name and sym.name not in symbols:
-                    symbols[sym.name] = Symbol(sym.name, sym["st_value"], sym["st_size"],
-                                               sym["st_shndx"])
-    return ElfImage(path, entry, segments, symbols)
+    return entry
+

@@ -248,6 +248,7 @@ class Machine:
         return bytes(self.mem[addr:addr + size])
 
     def read_word(self, addr: int) -> int:
+        """The little-endian word at ``addr`` (the core's engines name a faulting insn)."""
         return int.from_bytes(self.read(addr, 4), "little")
 
     @staticmethod
@@ -383,8 +384,7 @@ class Machine:
             table[slot] = self._compile(d, slot * 4)
 
         def fetch_fault() -> int:
-            raise _Trap(FaultCause.FETCH_OUTSIDE_CODE,
-                        f"execution ran past the end of code ROM (0x{_CODE_END:08x})")
+            raise _Trap(FaultCause.FETCH_OUTSIDE_CODE, _FETCH_DETAIL)
         table[_N_SLOTS] = fetch_fault
         self._table, self._decoded, self._meta = table, decoded, None
 
@@ -652,6 +652,54 @@ def _load_fault(a: int, width: int) -> _Trap:
     return _Trap(FaultCause.LOAD_ACCESS, f"address 0x{a:08x}{what}")
 
 
+def _store_fault(a: int, width: int) -> _Trap:
+    """The fault of a ``width``-byte store to ``a`` (mod 2^32) outside RAM and not a UART sb."""
+    if a & (width - 1):
+        return _Trap(FaultCause.MISALIGNED_STORE, f"address 0x{a:08x} is not a multiple of {width}")
+    if a == _UART:
+        return _Trap(FaultCause.STORE_ACCESS,
+                     f"address 0x{a:08x} (the UART takes byte stores (sb) only)")
+    if a < _ROM_LIMIT:
+        region = "code ROM" if a < memmap.CODE_END else "rodata ROM"
+        return _Trap(FaultCause.STORE_TO_ROM, f"address 0x{a:08x} is in {region}")
+    return _Trap(FaultCause.STORE_ACCESS, f"address 0x{a:08x}")
+
+
+def _ecall_fault(a7: int) -> _Trap:
+    return _Trap(FaultCause.BAD_ECALL, f"a7 = {a7} (only "
+                 f"{memmap.EXIT_SYSCALL}, exit, is supported)")
+
+
+_FETCH_DETAIL = f"execution ran past the end of code ROM (0x{_CODE_END:08x})"
+
+
+def fault_of(pc: int, insn: int | None, cause: FaultCause, value: int) -> Fault:
+    """The :class:`Fault` the emulator reports for ``cause`` at ``pc`` (``insn`` the word
+    there, None for a fetch fault), where ``value`` is the cause's one number: the access
+    address (loads, stores), the jump target, or a7 (a bad ecall); ignored otherwise.
+    Other engines build their fault text with this, so it is the emulator's text exactly."""
+    d = isa.decode(insn) if insn else None
+    width = Machine._WIDTHS.get(d.name, 1) if d is not None else 1
+    if cause in (FaultCause.ILLEGAL_INSTRUCTION, FaultCause.UNSUPPORTED_INSTRUCTION,
+                 FaultCause.EBREAK):
+        trap = _make_trap(d if cause is not FaultCause.ILLEGAL_INSTRUCTION else None)
+        try:
+            trap()
+        except _Trap as t:
+            return Fault(pc, insn, t.cause, t.detail)
+    if cause is FaultCause.BAD_ECALL:
+        t = _ecall_fault(value)
+    elif cause in (FaultCause.MISALIGNED_LOAD, FaultCause.LOAD_ACCESS):
+        t = _load_fault(value, width)
+    elif cause in (FaultCause.MISALIGNED_STORE, FaultCause.STORE_ACCESS, FaultCause.STORE_TO_ROM):
+        t = _store_fault(value & M, width)
+    elif cause in (FaultCause.BAD_JUMP, FaultCause.MISALIGNED_JUMP):
+        t = _target_trap(value) or _Trap(cause)
+    else:
+        t = _Trap(FaultCause.FETCH_OUTSIDE_CODE, _FETCH_DETAIL)
+    return Fault(pc, insn, t.cause, t.detail)
+
+
 def _compile_load(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
     regs, rd, rs1, imm, npc, n = m.regs, d.rd, d.rs1, d.imm, pc + 4, d.name
     b, sb, h, sh, w = m._views
@@ -691,18 +739,10 @@ def _compile_store(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
 
     def slow(a: int) -> None:
         a &= M
-        if a & amask:
-            raise _Trap(FaultCause.MISALIGNED_STORE, f"address 0x{a:08x} is not a multiple of {width}")
-        if a == _UART:
-            if width != 1:
-                raise _Trap(FaultCause.STORE_ACCESS,
-                            f"address 0x{a:08x} (the UART takes byte stores (sb) only)")
+        if a == _UART and width == 1:
             output.append(regs[rs2] & 0xFF)
             return
-        if a < _ROM_LIMIT:
-            region = "code ROM" if a < memmap.CODE_END else "rodata ROM"
-            raise _Trap(FaultCause.STORE_TO_ROM, f"address 0x{a:08x} is in {region}")
-        raise _Trap(FaultCause.STORE_ACCESS, f"address 0x{a:08x}")
+        raise _store_fault(a, width)
 
     if shift == 0:
         def f():
@@ -732,8 +772,7 @@ def _compile_system(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
     def f():
         if regs[memmap.REG_A7] == memmap.EXIT_SYSCALL:
             raise _Exit(_s32(regs[memmap.REG_A0]))
-        raise _Trap(FaultCause.BAD_ECALL, f"a7 = {regs[memmap.REG_A7]} (only "
-                    f"{memmap.EXIT_SYSCALL}, exit, is supported)")
+        raise _ecall_fault(regs[memmap.REG_A7])
     return f
 
 

@@ -2,42 +2,68 @@
 
 Each subcommand lives in its own module under ``deltachip.commands`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args) -> int`` as default.
-The driver catches :class:`deltachip.errors.UserError` and prints it: bad input never shows
-a Python traceback.
+The driver catches :class:`common.errors.UserError` and prints it: bad input never shows
+a Python traceback. SIGTERM is handled like Ctrl-C (SIGINT): the command unwinds, so every
+temporary output is removed and nothing the user owns is left half-written (exit 143; 130
+for Ctrl-C). An ``OSError`` that no stage turned into a UserError (standard output on a full
+disk, ...) is printed with its path and reason (exit 1).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
+import signal
 import sys
+import threading
 
 from deltachip import __version__
-from deltachip.errors import UserError
+from common.errors import UserError
+from common.outputs import os_reason
 
-# In pipeline order; each is deltachip/commands/<name>.py.
-COMMANDS = ["sim", "firmware", "run", "compile", "check"]
+# In pipeline order; each is deltachip/commands/<name>.py ('-' in a name is '_' there).
+COMMANDS = ["sim", "check-rules", "firmware", "run", "compile", "check", "explain"]
 
 EPILOG = """examples:
   deltachip sim examples/counter/counter.hdl
+  deltachip check-rules examples/counter/counter.hdl
   deltachip firmware build firmware/programs/hello.c -o hello.elf
   deltachip run hello.elf
   deltachip compile examples/counter/counter.hdl -o build/counter
   deltachip check build/counter --steps 64
+  deltachip explain build/counter --source examples/counter/counter.hdl:14
 """
 
 
+class Terminated(BaseException):
+    """Raised in the main thread by SIGTERM, so the command unwinds as on Ctrl-C."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one more hint: an option whose value starts with '-' (``--input
+    -7//2``) must be written ``--input=-7//2``."""
+
+    def error(self, message: str):
+        m = re.fullmatch(r"argument (-[^: ]+): expected one argument", message)
+        if m:
+            opt = m.group(1).split("/")[-1]       # the long form of -o/--output
+            message += f" (a value that starts with '-' must be attached with '=': {opt}=VALUE)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="deltachip",
         description="Compile synchronous circuits into Qwen3.5 transformer weights and run them.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"deltachip {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
+        module_name = f"deltachip.commands.{name.replace('-', '_')}"
         try:
-            module = importlib.import_module(f"deltachip.commands.{name}")
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
-            if e.name == f"deltachip.commands.{name}":
+            if e.name == module_name:
                 continue
             raise
         module.register(sub)
@@ -50,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _catch_sigterm()
     try:
         return int(args.func(args) or 0)
     except UserError as e:
@@ -58,8 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deltachip: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("deltachip: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename is not None else ""
+        print(f"deltachip: error: {where}{os_reason(e)}", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _catch_sigterm():
+    """Make SIGTERM raise :class:`Terminated` (main thread only); returns the handler to
+    restore afterwards, or None when none was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum, frame):
+        raise Terminated()
+    return signal.signal(signal.SIGTERM, on_term)
 
 
 if __name__ == "__main__":

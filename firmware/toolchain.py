@@ -13,20 +13,22 @@ Two compilers are supported:
   ``-nostdlib`` plus the rv32im/ilp32 ``libgcc.a`` passed explicitly.
 
 ``compiler="auto"`` picks zig when the ``ziglang`` package is importable, else gcc.
-A compiler failure raises :class:`ToolchainError` (a :class:`deltachip.errors.UserError`)
+A compiler failure raises :class:`ToolchainError` (a :class:`common.errors.UserError`)
 carrying the compiler's own message. The ELF is written to a temporary file next to
 ``output`` and renamed into place, so a failed build never leaves a half-written ELF.
 """
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from deltachip.errors import UserError
-from deltachip.outputs import replace_on_success
+from common.errors import UserError
+from common.outputs import os_reason, replace_on_success
 
 FIRMWARE_DIR = Path(__file__).resolve().parent
 RUNTIME_DIR = FIRMWARE_DIR / "runtime"
@@ -127,6 +129,10 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
         raise ToolchainError(f"error: unknown optimisation level {opt!r} "
                              f"(choose from {', '.join(OPT_LEVELS)})")
     for src in sources:
+        if src.is_dir():
+            raise ToolchainError(f"error: {src}: is a directory; give its source files "
+                                 "(.c, .S, .s) or a shipped program's name "
+                                 "(`deltachip firmware list`)")
         if not src.is_file():
             raise ToolchainError(f"error: {src}: no such file")
         if src.suffix not in SOURCE_SUFFIXES:
@@ -141,9 +147,44 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
         cmd = compiler_command(chosen, all_sources, tmp, opt, include_dirs)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            message = (proc.stderr + proc.stdout).strip() or f"exit status {proc.returncode}"
+            no_room = _no_room(tmp)
+            if no_room:
+                raise ToolchainError(f"error: cannot write {output}: {no_room}")
+            message = (proc.stderr + proc.stdout).strip() or _status_text(proc.returncode)
             raise ToolchainError(f"error: {chosen} failed to build {output.name}:\n{message}")
     return output
+
+
+def _status_text(returncode: int) -> str:
+    """``exit status 1`` or, for a compiler killed by a signal, ``killed by SIGABRT``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+#: bytes a failed build tries to write where the ELF goes, to tell a full disk from a bug
+ROOM_PROBE = 1 << 20
+
+
+def _no_room(tmp: Path) -> str | None:
+    """Why ``tmp`` cannot take an ELF (``No space left on device``, ...), or None if it can:
+    a compiler that dies on a full disk often says nothing useful (zig aborts)."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(bytes(ROOM_PROBE))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return os_reason(e)
+    finally:
+        try:
+            os.truncate(tmp, 0)
+        except OSError:
+            pass
+    return None
 
 
 def shipped_programs() -> dict[str, list[Path]]:

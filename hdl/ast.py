@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from common.kinds import MemKind
 from hdl.ir import Loc
 
 # ---- expressions ---------------------------------------------------------------------------
@@ -267,7 +268,7 @@ class StartDecl:
 class MemDecl:
     """``rom|ram name: elem[depth] [= "image"];`` where ``elem`` is a TypeRef."""
     loc: Loc
-    kind: str
+    kind: MemKind
     name: str
     elem: TypeRef
     depth: Expr

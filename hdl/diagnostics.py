@@ -16,7 +16,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from deltachip.errors import UserError
+from common.errors import UserError
 from hdl.ir import Loc
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.deep import call_deep
 from hdl.diagnostics import Collector, CompileError, Diagnostic, suggest, too_deep
 from hdl.elab.elaborator import Elaborator
 from hdl.elab.files import FileCtx, Loader
@@ -58,13 +59,16 @@ def list_circuits(root: FileCtx, diags: Collector) -> list[str]:
 
 
 def _guard_depth(fn):
-    """Turn Python's recursion limit (absurdly deep nesting in a source) into a CompileError."""
+    """Run ``fn`` on a deep stack (:func:`common.deep.call_deep`: the parser and the
+    elaborator recurse once per nesting level, and the parser bounds the nesting, with a
+    located error, at :data:`hdl.parser.MAX_NESTING`); a RecursionError all the same becomes
+    the whole-file CompileError."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            return call_deep(fn, *args, **kwargs)
         except RecursionError:
             name = kwargs.get("filename") or str(args[0] if args and args[0] is not None else "<string>")
             raise too_deep(name) from None

@@ -2,7 +2,7 @@
 
 Takes: a ``.hdl`` path (or source text) and the name of a circuit or module. Gives: an
 :class:`hdl.ir.Circuit` that passes :meth:`hdl.ir.Circuit.check`, or raises
-:class:`hdl.diagnostics.CompileError` (a :class:`deltachip.errors.UserError`) listing every
+:class:`hdl.diagnostics.CompileError` (a :class:`common.errors.UserError`) listing every
 error with file:line:col, the source line and a caret. Imports are searched in the importing
 file's folder, then in ``stdlib/``.
 """

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Protocol
 
-from deltachip.errors import UserError
+from common.errors import UserError
 
 _HEX_WORD = re.compile(r"(?:0[xX])?[0-9a-fA-F][0-9a-fA-F_]*")
 
@@ -95,7 +95,7 @@ def load_rom_specs(specs: Iterable[str], memories: Mapping[str, _Mem],
                    circuit_name: str) -> dict[str, list[int]]:
     """Parse ``--rom NAME=FILE`` options against a circuit's ``memories``: name -> words.
 
-    Raises :class:`deltachip.errors.UserError` for a malformed spec, an unknown memory, a
+    Raises :class:`common.errors.UserError` for a malformed spec, an unknown memory, a
     memory given twice, or a bad image."""
     roms: dict[str, list[int]] = {}
     for spec in specs:

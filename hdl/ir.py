@@ -17,6 +17,8 @@ from typing import Any
 
 import networkx as nx
 
+from common.kinds import MemKind
+
 MAX_WIDTH = 64
 
 
@@ -83,18 +85,22 @@ class Node:
 
 @dataclass(frozen=True)
 class Memory:
-    """A memory: ``kind`` is "rom" or "ram"; ``width`` bits per word, ``depth`` words.
+    """A memory: ``kind`` is :class:`common.kinds.MemKind` (``rom`` or ``ram``; the name is
+    accepted and converted); ``width`` bits per word, ``depth`` words.
     ``image`` is the default ROM image path (resolved, absolute) or None; ``init`` the
     default contents as a tuple of ints (ROMs with an image; empty = zeros).
     ``read_under_write`` is always "old": a read sees the contents at the start of the step."""
     name: str
-    kind: str
+    kind: MemKind
     width: int
     depth: int
     loc: Loc
     image: str | None = None
     init: tuple[int, ...] = ()
     read_under_write: str = "old"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", MemKind(self.kind))
 
     @property
     def addr_width(self) -> int:
@@ -199,12 +205,6 @@ class Circuit:
                 return Token(index, tuple(fields))
         raise ValueError(f"token id {tid} is outside the vocabulary 0..{self.vocab_size - 1}")
 
-    def kind_index(self, name: str) -> int:
-        for i, k in enumerate(self.kinds):
-            if k.name == name:
-                return i
-        raise KeyError(name)
-
     # ---- queries ------------------------------------------------------------------------
     def token_out(self) -> Node:
         outs = [n for n in self.nodes if n.op is Op.TOKEN_OUT]
@@ -214,6 +214,46 @@ class Circuit:
 
     def writes(self, memory: str | None = None) -> list[Node]:
         return [n for n in self.nodes if n.op is Op.MEM_WRITE and (memory is None or n.param == memory)]
+
+    def sink_inputs(self, n: Node) -> list[str]:
+        """The user's names for the inputs of sink ``n``, one per argument: ``next.kind`` and
+        ``next.Kind.field`` for the next token, ``mem write address`` / ``data`` /
+        ``enable`` for a write to memory ``mem``, ``output port`` for a module's output."""
+        if n.op is Op.TOKEN_OUT:
+            return ["next.kind"] + [f"next.{k.name}.{f.name}" for k in self.kinds for f in k.fields]
+        if n.op is Op.MEM_WRITE:
+            return [f"{n.param} write {part}" for part in ("address", "data", "enable")]
+        if n.op is Op.OUTPUT:
+            return [f"output {n.param}"]
+        return []
+
+    def signals(self) -> list[str | None]:
+        """For every node (by id), the user's name for what it computes: its own signal name,
+        else the nearest named signal it feeds (the reader with the lowest id wins; a sink's
+        inputs are named by :meth:`sink_inputs`); None when it feeds nothing named."""
+        out: list[str | None] = [n.name for n in self.nodes]
+        for n in reversed(self.nodes):      # every reader of n is final before n is visited
+            names = self.sink_inputs(n) or [out[n.id]] * len(n.args)
+            for a, name in zip(n.args, names):  # readers in falling id order: the lowest last
+                if not self.nodes[a].name and name is not None:
+                    out[a] = name
+        return out
+
+    def describe(self, nid: int) -> str:
+        """How a message names node ``nid`` to the user: ``signal 'x'`` for a named signal,
+        else the unnamed operation, where it is and what it feeds, e.g. ``the unnamed 'add'
+        at f.hdl:3:9 (part of 'sum')`` -- never an internal node number."""
+        n = self.nodes[nid]
+        if n.name:
+            return f"signal '{n.name}'"
+        if n.op is Op.TOKEN_OUT:
+            return f"the next token (at {n.loc})"
+        if n.op is Op.MEM_WRITE:
+            return f"the write of memory '{n.param}' at {n.loc}"
+        head = (f"the read of memory '{n.param}'" if n.op is Op.MEM_READ
+                else f"the unnamed '{n.op.value}'")
+        feeds = self.signals()[nid]
+        return f"{head} at {n.loc}" + (f" (part of '{feeds}')" if feeds else "")
 
     def graph(self) -> nx.DiGraph:
         """The dependency graph: an edge a -> b when node b reads node a."""
@@ -276,7 +316,7 @@ class Circuit:
                     bad("memory read")
             elif op is Op.MEM_WRITE:
                 m = self.memories.get(n.param)
-                if m is None or m.kind != "ram" or len(w) != 3 or w[1] != m.width or w[2] != 1:
+                if m is None or m.kind is not MemKind.RAM or len(w) != 3 or w[1] != m.width or w[2] != 1:
                     bad("memory write")
             elif op is Op.INPUT:
                 if n.args or not isinstance(n.param, str):

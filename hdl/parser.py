@@ -12,13 +12,15 @@ shift/reduce conflicts, no terminal collisions); a :class:`lark.Transformer` wit
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.lexer import PatternStr
 
+from common.kinds import MemKind
 from hdl import ast
 from hdl.diagnostics import CompileError, Diagnostic, too_deep
 from hdl.ir import Loc
@@ -37,8 +39,8 @@ def lark_parser() -> Lark:
 # ---- syntax error messages ---------------------------------------------------------------
 
 _DESCRIBE = {"NAME": "a name", "INT": "a number", "SIZED_INT": "a number", "STRING": "a string",
-             "$END": "end of file"}
-_EXPR_START = {"NAME", "INT", "SIZED_INT", "LPAR", "MINUS", "TILDE", "BANG", "LBRACE"}
+             "CHAR": "a character", "$END": "end of file"}
+_EXPR_START = {"NAME", "INT", "SIZED_INT", "CHAR", "LPAR", "MINUS", "TILDE", "BANG", "LBRACE"}
 _STMT_START = {"WIRE", "LET", "VAR", "IF", "MATCH", "FOR", "CONST", "INST", "TOKEN", "START",
                "ROM", "RAM", "NAME", "LBRACE"}
 _ITEM_START = {"IMPORT", "CONST", "ENUM", "MODULE", "CIRCUIT"}
@@ -132,6 +134,23 @@ def parse_int(text: str) -> int:
     if t[:2].lower() in ("0x", "0b", "0o"):
         return int(t[2:], {"x": 16, "b": 2, "o": 8}[t[1].lower()])
     return int(t, 10)
+
+
+_CHAR_ESCAPES = {"n": 10, "r": 13, "t": 9, "0": 0, "\\": 92, "'": 39}
+
+
+def parse_char(text: str) -> int:
+    """Value of a character literal: ``'+'`` is 43, ``'\\n'`` 10, ``'\\x7f'`` 127 (the
+    escapes ``\\n \\r \\t \\0 \\\\ \\'`` and ``\\xHH``). ValueError for a character
+    outside ASCII (its byte value would depend on the encoding: write ``'\\xHH'``)."""
+    body = text[1:-1]
+    if body.startswith("\\x"):
+        return int(body[2:], 16)
+    if body.startswith("\\"):
+        return _CHAR_ESCAPES[body[1]]
+    if ord(body) > 127:
+        raise ValueError("not ASCII")
+    return ord(body)
 
 
 def parse_sized(text: str) -> tuple[int, int]:
@@ -299,7 +318,7 @@ class _ToAst(Transformer):
                                               "name: u[W][DEPTH]")
         typ = ast.TypeRef(elem_loc, str(elem), dims[0] if len(dims) == 2 else None)
         image_text = image.value[1:-1] if image is not None else None
-        return ast.MemDecl(self._loc(meta), str(kind), str(name), typ, dims[-1], image_text,
+        return ast.MemDecl(self._loc(meta), MemKind(str(kind)), str(name), typ, dims[-1], image_text,
                            self._tloc(image) if image is not None else None)
 
     # -- expressions
@@ -336,6 +355,8 @@ class _ToAst(Transformer):
             if t.type == "SIZED_INT":
                 w, v = parse_sized(t.value)
                 return ast.Number(self._tloc(t), v, w, t.value)
+            if t.type == "CHAR":
+                return ast.Number(self._tloc(t), parse_char(t.value), None, t.value)
             return ast.Number(self._tloc(t), parse_int(t.value), None, t.value)
         except ValueError:
             raise _BadNumber(t)
@@ -378,19 +399,69 @@ def _token_before(text: str, exc: UnexpectedInput) -> Token | None:
     return prev
 
 
+_SCAN = re.compile(r'//[^\n]*|"[^"\n]*"|' r"'(?:[^'\\\n]|\\[^\n]|\\x..)'|/\*.*?\*/|(/\*)",
+                   re.DOTALL)
+
+
+def _unterminated_comment(text: str, filename: str) -> Diagnostic | None:
+    """The error for a ``/*`` that no ``*/`` closes (outside comments and strings), or None.
+    The lexer would report it as an unexpected '/' somewhere: the cause is the comment."""
+    for m in _SCAN.finditer(text):
+        if m.group(1):
+            line = text.count("\n", 0, m.start()) + 1
+            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+            return Diagnostic(Loc(filename, line, col),
+                              "unterminated comment: this '/*' has no closing '*/'")
+    return None
+
+
+#: the deepest syntax tree a source may have: nested parentheses, blocks and `if`s, and
+#: chained operators (a flat sum of N terms is N levels deep) all count
+MAX_NESTING = 20_000
+
+
+def _too_deep_at(tree: Tree, filename: str) -> Diagnostic | None:
+    """The error for a syntax tree deeper than :data:`MAX_NESTING`, located at the node
+    where it crosses the limit (found without recursion), or None."""
+    stack: list[tuple[Any, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, Tree):
+            continue
+        if depth > MAX_NESTING:
+            meta = node.meta
+            loc = Loc(filename, getattr(meta, "line", 0), getattr(meta, "column", 0))
+            return Diagnostic(loc, f"the source nests expressions or blocks more than "
+                                   f"{MAX_NESTING:,} levels deep here (parentheses, blocks and "
+                                   "chained operators count): split it with `let`")
+        stack.extend((child, depth + 1) for child in node.children)
+    return None
+
+
 def parse(text: str, filename: str = "<string>") -> ast.SourceFile:
-    """Parse one file's text. Raises CompileError (with the source) on a syntax error."""
+    """Parse one file's text. Raises CompileError (with the source) on a syntax error.
+    Call it on a deep stack (:func:`common.deep.call_deep`) for sources nested deeper than a
+    few hundred levels; it refuses one deeper than :data:`MAX_NESTING` with its location."""
     try:
         tree = lark_parser().parse(text)
     except UnexpectedInput as exc:
         diag = _syntax_error(text, filename, exc, _token_before(text, exc))
+        unclosed = _unterminated_comment(text, filename)
+        if unclosed is not None and (unclosed.loc.line, unclosed.loc.col) <= (diag.loc.line,
+                                                                             diag.loc.col):
+            diag = unclosed
         raise CompileError([diag], {filename: text}) from None
+    deep = _too_deep_at(tree, filename)
+    if deep is not None:
+        raise CompileError([deep], {filename: text})
     try:
         items = _ToAst(filename).transform(tree)
     except VisitError as exc:
         if isinstance(exc.orig_exc, _BadNumber):
             t = exc.orig_exc.tok
-            diag = Diagnostic(Loc(filename, t.line, t.column), f"malformed number '{t.value}'")
+            what = (f"character literal {t.value} is not ASCII: write a byte as '\\xHH'"
+                    if t.type == "CHAR" else f"malformed number '{t.value}'")
+            diag = Diagnostic(Loc(filename, t.line, t.column), what)
             raise CompileError([diag], {filename: text}) from None
         if isinstance(exc.orig_exc, _BadSyntax):
             diag = Diagnostic(exc.orig_exc.loc, exc.orig_exc.message)

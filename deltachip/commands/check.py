@@ -1,8 +1,10 @@
 """``deltachip check``: run a compiled chip in transformers and compare it with the simulator.
 
 Takes: a directory written by ``deltachip compile``, a step count, a dtype, a batch size,
-``--prefill``, an optional start token. Gives: every mismatch (position, signal, both values)
-on stdout and a summary line; exit 0 only when there are none (1 otherwise; bad input 2,
+``--prefill``, an optional start token, ``--no-lanes``. Gives: every mismatch (position,
+signal, both values) and each row's first diverging residual lane (position, layer,
+sublayer, lane, the HDL signal it carries with its file:line:col) on stdout and a summary
+line; exit 0 only when there are none (1 otherwise; bad input 2,
 including a directory that is missing, corrupt, truncated, from an older format or whose
 config.json does not match its chip.json: see :mod:`backends.checkpoint`).
 """
@@ -10,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 
-from deltachip.errors import UserError
+from common.errors import UserError
+from common.kinds import DType
 
 DESCRIPTION = """Run a compiled chip in transformers' own Qwen3_5ForCausalLM and compare every
-position with the reference simulator: the next token and every memory's contents, read back
-from the GDN recurrent state."""
+position with the reference simulator: the next token, every memory's contents (read back
+from the GDN recurrent state) and, after every sublayer, every live residual lane against the
+value the compiler designed it to hold."""
 
 EPILOG = """examples:
   deltachip check build/counter --steps 64
@@ -25,8 +29,13 @@ EPILOG = """examples:
 (build/counter, build/gcd and build/stack as made by the examples of `deltachip compile`.)
 
 Decode (default) is greedy: each next token is the model's argmax, fed back. --prefill feeds
-the simulator's token stream in one call and compares every position's argmax. Memories are
-compared after every position (--mem-every N: every N positions and at the end).
+the simulator's token stream in calls of at most 2048 positions (the cache carries over) and
+compares every position's argmax. Memories are compared after every position (--mem-every N:
+every N positions and at the end). Lanes: after each layer's GDN and MLP sublayer, every live
+lane must equal its designed value (the compiled program's neurons evaluated on the
+simulator's traced memory reads); the first diverging lane of each row is printed as
+`LANE position P: layer L GDN|MLP: lane ... carrying bit B of signal `s` (op at
+file:line:col): designed D, model M`. --no-lanes compares tokens and memories only.
 """
 
 
@@ -36,12 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", metavar="DIR", help="a directory written by `deltachip compile`")
     p.add_argument("--steps", type=int, default=64, metavar="N", help="steps to run (default 64)")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], help="run dtype (default: the saved one)")
-    p.add_argument("--batch", type=int, default=1, metavar="B", help="parallel streams (default 1)")
+    p.add_argument("--dtype", choices=[d.value for d in DType], help="run dtype (default: the saved one)")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="parallel streams in one batch (default 1); each runs from the same start "
+                        "token, so every row must give the same answer")
     p.add_argument("--prefill", action="store_true", help="feed the whole stream in one call")
     p.add_argument("--start", metavar="'Kind f=1'", help="the first token (default: the circuit's)")
     p.add_argument("--mem-every", type=int, default=1, metavar="N",
                    help="compare memories every N positions (default 1)")
+    p.add_argument("--no-lanes", dest="lanes", action="store_false",
+                   help="compare tokens and memories only, not the residual lanes")
     p.set_defaults(func=run)
 
 
@@ -57,13 +69,17 @@ def run(args: argparse.Namespace) -> int:
     starts = None
     if args.start is not None:
         starts = [parse_token(eng.circuit, args.start)] * args.batch
-    rep = check_engine(eng, args.steps, args.batch, args.prefill, starts, args.mem_every)
+    rep = check_engine(eng, args.steps, args.batch, args.prefill, starts, args.mem_every,
+                       lanes=args.lanes)
     for note in rep.notes:
         print(f"note: {note}")
-    for m in rep.mismatches:
-        print(f"MISMATCH {m}")
+    for line in rep.problems():
+        print(line)
     mode = "prefill" if args.prefill else "decode"
-    status = "OK" if rep.ok else f"FAILED ({len(rep.mismatches)} mismatches shown)"
+    shown = len(rep.mismatches) + len(rep.signals) + len(rep.lanes)
+    status = "OK" if rep.ok else f"FAILED ({shown} mismatches shown)"
+    mems = (f"{rep.memory_checks} memory comparison{'s' * (rep.memory_checks != 1)}, "
+            if eng.circuit.memories else "")
     print(f"{status}: {rep.positions} positions ({mode}, {eng.dtype_name}, batch {args.batch}), "
-          f"{rep.memory_checks} memory comparisons")
+          f"{mems}{rep.lane_checks} lane values compared")
     return 0 if rep.ok else 1

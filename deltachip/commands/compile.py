@@ -16,8 +16,9 @@ import importlib.util
 from contextlib import ExitStack
 from pathlib import Path
 
-from deltachip.errors import UserError
-from deltachip.outputs import replace_on_success
+from common.errors import UserError
+from common.kinds import DType
+from common.outputs import replace_on_success
 
 DESCRIPTION = """Compile a circuit into the weights of Qwen3.5 decoder layers: one clock step per
 token, memories in Gated DeltaNet state, logic in SwiGLU MLPs, bit-exact in bf16 and fp32."""
@@ -46,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--target", default="compact", metavar="compact|qwen3.5-4b|CONFIG.json",
                    help="module shapes to compile for (default compact)")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16",
+    p.add_argument("--dtype", choices=[d.value for d in DType], default=DType.BF16.value,
                    help="dtype of the saved weights (default bf16)")
     p.add_argument("--rom", action="append", default=[], metavar="NAME=FILE",
                    help="memory image to bake in (.hex or .bin); repeatable")
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
             comp = compile_to_dir(circuit, args.output, args.target, args.dtype, roms,
                                   progress=lambda s: status.update(s))
         _summary(comp.chip, circuit.name, args, getattr(comp.program, "sched", None))
+        if comp.proof is not None:
+            print(comp.proof.summary())
         if plot_tmp is not None:
             plot(comp.chip, plot_tmp, Path(args.plot).suffix[1:].lower())
     return 0
@@ -113,7 +116,7 @@ PLOT_FORMATS = ("png", "svg", "pdf")
 
 def _plot_output(path: str):
     """Check ``--plot PATH`` before compiling: matplotlib present, a known image suffix, a
-    writable place; gives the context of :func:`deltachip.outputs.replace_on_success`."""
+    writable place; gives the context of :func:`common.outputs.replace_on_success`."""
     if importlib.util.find_spec("matplotlib") is None:
         raise UserError("--plot needs matplotlib, which is not installed: "
                         "pip install 'deltachip[plot]'")

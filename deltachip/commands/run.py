@@ -9,22 +9,27 @@ Engines are a registry (:data:`ENGINES`): a name, the ``module:callable`` that l
 program (``factory(path, input_text) -> machine`` whose ``run(max_steps, trace)`` returns a
 :class:`cpu.emulator.RunResult`) and a one-line description. The module is imported only
 when the engine is chosen, so an engine whose dependencies are missing does not break the
-others. Later engines (``sim``, ``hf``, ``fast``) add an entry here.
+others. ``sim`` and ``hf`` run the core of cpu/rv32 (docs/cpu.md); later engines add an entry here.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import importlib
+import io
 import json
+import os
+import stat
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from deltachip.errors import UserError
-from deltachip.outputs import replace_on_success
+from common.errors import UserError
+from common.kinds import DType
+from cpu import memmap
+from common.outputs import replace_on_success
 
 EXIT_FAULT = 3
 EXIT_TIMEOUT = 124
@@ -38,6 +43,7 @@ class Engine:
     name: str
     target: str
     description: str
+    compiled: bool = False      # takes target= and dtype= (a compiled model)
 
     def load(self) -> Callable[[Path, bytes | None], Any]:
         module, _, attr = self.target.partition(":")
@@ -50,16 +56,23 @@ class Engine:
 ENGINES: dict[str, Engine] = {}
 
 
-def register_engine(name: str, target: str, description: str) -> None:
-    """Add an engine to ``deltachip run --engine``."""
-    ENGINES[name] = Engine(name, target, description)
+def register_engine(name: str, target: str, description: str, compiled: bool = False) -> None:
+    """Add an engine to ``deltachip run --engine``; a ``compiled`` engine's loader also takes
+    ``target=`` and ``dtype=`` keywords."""
+    ENGINES[name] = Engine(name, target, description, compiled)
 
 
 register_engine("ref", "cpu.emulator:Machine.from_elf", "golden RV32IM+Zba ISA emulator (Python)")
+register_engine("sim", "cpu.rv32.engines:sim_engine",
+                "the core's HDL (cpu/rv32) in the reference simulator")
+register_engine("hf", "cpu.rv32.engines:hf_engine",
+                "the compiled core in transformers' Qwen3.5 modules", compiled=True)
 
 EPILOG = """examples:
   deltachip run hello.elf
   deltachip run calc.elf --input '2**100'
+  echo '-7 // 2' | deltachip run calc.elf            # the input from standard input
+  deltachip run calc.elf --input=-7//2                # a text starting with '-'
   deltachip run prog.elf --max-steps 1000000 --stats stats.json --trace prog.trace
 
 exit status: the program's exit code (mod 256); 3 machine fault; 124 step budget exhausted;
@@ -78,9 +91,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=sorted(ENGINES), default="ref",
                    help=f"engine to run on (default ref): {engines}")
     p.add_argument("--input", metavar="TEXT",
-                   help="text written NUL-terminated into the program's input buffer")
+                   help="text written NUL-terminated into the program's input buffer (without "
+                        "--input: standard input when it is a pipe or a file); a text that "
+                        "starts with '-' is written --input=TEXT")
     p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, metavar="N",
                    help=f"stop after N instructions (default {DEFAULT_MAX_STEPS:,}); exit 124")
+    p.add_argument("--target", default=None, metavar="T",
+                   help="compiled engines: compact (default), qwen3.5-4b or a Qwen3.5 config.json")
+    p.add_argument("--dtype", choices=[d.value for d in DType], default=None,
+                   help="compiled engines: weight dtype (default bf16)")
     p.add_argument("--stats", type=Path, metavar="OUT.json",
                    help="write run statistics (engine, instructions, seconds, exit_code, …)")
     p.add_argument("--trace", type=Path, metavar="OUT",
@@ -95,7 +114,15 @@ def run_command(args: argparse.Namespace) -> int:
     input_text = None
     if args.input is not None:
         input_text = args.input.encode("utf-8", "surrogateescape")
-    machine = engine.load()(args.program, input_text)
+    else:
+        input_text = read_stdin(args.program)
+    options = {}
+    for opt in ("target", "dtype"):
+        if getattr(args, opt) is not None:
+            if not engine.compiled:
+                raise UserError(f"--{opt} applies to the compiled engines (hf), not --engine {engine.name}")
+            options[opt] = getattr(args, opt)
+    machine = engine.load()(args.program, input_text, **options)
     with contextlib.ExitStack() as outputs:
         # --stats is checked now and written all at once at the end (never half-written);
         # the trace is a log, streamed as the program runs
@@ -103,15 +130,38 @@ def run_command(args: argparse.Namespace) -> int:
                      if args.stats is not None else None)
         trace_file = None
         if args.trace is not None:
-            try:
-                trace_file = outputs.enter_context(open(args.trace, "w", encoding="ascii"))
-            except OSError as e:
-                raise UserError(f"--trace: cannot write {args.trace}: {e.strerror or e}") from None
+            trace_tmp = outputs.enter_context(replace_on_success(args.trace, "--trace: "))
+            trace_file = outputs.enter_context(open(trace_tmp, "w", encoding="ascii"))
         status, stats = _run(machine, args.max_steps, trace_file)
         if stats_tmp is not None:
             stats = {"engine": engine.name, "program": str(args.program), **stats}
+            if hasattr(machine, "stats"):      # token engines: tokens, layers, weights, ...
+                stats.update(machine.stats())
             stats_tmp.write_text(json.dumps(stats, indent=2) + "\n")
     return status
+
+
+def read_stdin(program: Path) -> bytes | None:
+    """The input text from standard input when it is a pipe or a file, not a terminal
+    (``echo 2**100 | deltachip run calc.elf``): its bytes, or None when it is a terminal,
+    closed or empty, or when ``program`` has no input buffer (a program that reads no input
+    ignores standard input, as a Unix program would)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)):
+        return None
+    try:
+        data = sys.stdin.buffer.read()
+    except OSError as e:
+        raise UserError(f"cannot read the input from standard input: {e.strerror or e}") from None
+    if not data:
+        return None
+    from cpu.elf import read_elf
+    if memmap.INPUT_BUFFER_SYMBOL not in read_elf(program).symbols:
+        return None
+    return data
 
 
 def _run(machine: Any, max_steps: int, trace_file: IO[str] | None) -> tuple[int, dict[str, Any]]:

@@ -3,15 +3,17 @@
 Takes: a ``.hdl`` file (its top circuit, or ``--top NAME``), optional ROM images, a start
 token, a step budget. Gives: one line per token on stdout (``Kind field=value ...``, signed
 fields signed), from the start token until a halt token or the budget; optionally a VCD
-waveform. Exit status 0; bad input is a UserError (status 2).
+waveform. Exit status 0; bad input is a UserError (status 2). A circuit that breaks the
+depth rule or the vocabulary limit simulates, with a warning on stderr that
+``deltachip compile`` will refuse it.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from deltachip.errors import UserError
-from deltachip.outputs import replace_on_success
+from common.errors import UserError
+from common.outputs import replace_on_success
 
 DESCRIPTION = """Run a circuit in the reference simulator: print the token stream, one token per
 line, from the start token until a halt token or --steps steps."""
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.file}: '{circuit.name}' is a module, not a circuit: "
                         "`deltachip sim` runs circuits (token kinds and `next`)")
     roms = load_rom_specs(args.rom, circuit.memories, circuit.name)
+    _warn_compile_rules(circuit, args.file)
     if args.start is not None:
         start = parse_token(circuit, args.start)
     elif circuit.start is not None:
@@ -87,6 +90,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_compile_rules(circuit, path: str) -> None:
+    """On stderr, the cheap compile rules the circuit breaks (the depth rule, the vocabulary
+    limit: :mod:`backends.rules`), so a design that simulates is not taken to compile;
+    ``deltachip check-rules`` checks them all."""
+    from backends.rules import check_vocabulary
+    from backends.schedule import check_depth_rule
+    from hdl.diagnostics import CompileError
+    for check in (check_vocabulary, check_depth_rule):
+        try:
+            check(circuit)
+        except CompileError as e:
+            print(f"deltachip sim: warning: this circuit simulates, but `deltachip compile` "
+                  f"refuses it (`deltachip check-rules {path}` checks every rule):\n{e}",
+                  file=sys.stderr)
+            return
+
+
 def _run_with_vcd(sim, start, steps: int, path: str) -> None:
     """Step by step, printing each token and adding it (and its step's trace) to the VCD."""
     from hdl.sim import format_token
@@ -94,7 +114,7 @@ def _run_with_vcd(sim, start, steps: int, path: str) -> None:
     circuit = sim.circuit
     # written to a temporary file and renamed at the end: a failed or interrupted run leaves
     # whatever was at ``path`` untouched, never half a waveform
-    with replace_on_success(path) as tmp, Waveform(tmp, circuit) as wave:
+    with replace_on_success(path, "--vcd: ") as tmp, Waveform(tmp, circuit) as wave:
         tok, out = start, sys.stdout
         for t in range(steps + 1):
             out.write(format_token(circuit, tok) + "\n")

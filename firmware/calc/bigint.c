@@ -4,11 +4,13 @@
 #include "bigint.h"
 #include "deltachip.h"
 
-/* Scratch: a double-width product, Knuth division's working copies, quotient. */
+/* Scratch: two double-width products, Knuth division's working copies (double width, for
+ * big_floordiv_prod), quotient. */
 static uint16_t wide[2 * BIG_MAX_LIMBS + 2];
-static uint16_t un[BIG_MAX_LIMBS + 2];
-static uint16_t vn[BIG_MAX_LIMBS + 1];
-static uint16_t quot[BIG_MAX_LIMBS + 1];
+static uint16_t wide2[2 * BIG_MAX_LIMBS + 2];
+static uint16_t un[2 * BIG_MAX_LIMBS + 2];
+static uint16_t vn[2 * BIG_MAX_LIMBS + 1];
+static uint16_t quot[2 * BIG_MAX_LIMBS + 2];
 
 static void fail_too_big(void) {
     big_fail(CALC_TOO_BIG, "number too big (over 1024 digits)");
@@ -92,15 +94,16 @@ void big_add(big_t *r, const big_t *a, const big_t *b) { add_signed(r, a, b, 0);
 
 void big_sub(big_t *r, const big_t *a, const big_t *b) { add_signed(r, a, b, 1); }
 
-void big_mul(big_t *r, const big_t *a, const big_t *b) {
+/* out[0..na+nb) = |a| * |b| (out has room for 2 * BIG_MAX_LIMBS limbs); returns its length
+ * without leading zeros. */
+static int mul_mag(uint16_t *out, const big_t *a, const big_t *b) {
     int na = a->len, nb = b->len;
-    if (na == 0 || nb == 0) { r->len = 0; r->neg = 0; return; }
-    if (na + nb - 1 > BIG_MAX_LIMBS) fail_too_big();   /* the product has >= na+nb-1 limbs */
-    for (int i = 0; i < na + nb; i++) wide[i] = 0;
+    if (na == 0 || nb == 0) return 0;
+    for (int i = 0; i < na + nb; i++) out[i] = 0;
     for (int i = 0; i < na; i++) {
         uint32_t ai = a->limb[i], carry = 0;
         if (ai == 0) continue;
-        uint16_t *w = wide + i;
+        uint16_t *w = out + i;
         for (int j = 0; j < nb; j++) {
             uint32_t t = ai * b->limb[j] + w[j] + carry;   /* < 10^8 */
             carry = t / BIG_BASE;
@@ -108,17 +111,25 @@ void big_mul(big_t *r, const big_t *a, const big_t *b) {
         }
         w[nb] = (uint16_t)carry;
     }
-    store(r, wide, na + nb, a->neg ^ b->neg);
+    int n = na + nb;
+    while (n > 0 && out[n - 1] == 0) n--;
+    return n;
 }
 
-/* Magnitude division: quot[0..na-nb] = |a| / |b|, un[0..nb) = |a| % |b| (nb >= 1, |a| >= |b|).
+void big_mul(big_t *r, const big_t *a, const big_t *b) {
+    if (a->len + b->len - 1 > BIG_MAX_LIMBS) fail_too_big();   /* >= na+nb-1 limbs */
+    int n = mul_mag(wide, a, b);
+    store(r, wide, n, a->neg ^ b->neg);
+}
+
+/* Magnitude division: quot[0..na-nb] = a / b, un[0..nb) = a % b for limb arrays a[0..na),
+ * b[0..nb) (nb >= 1, a >= b, na <= 2 * BIG_MAX_LIMBS).
  * Knuth's algorithm D (TAOCP vol. 2, 4.3.1) in base 10^4; all products fit in 32 bits. */
-static void divmod_mag(const big_t *a, const big_t *b) {
-    int na = a->len, nb = b->len;
+static void divmod_mag(const uint16_t *al, int na, const uint16_t *bl, int nb) {
     if (nb == 1) {
-        uint32_t d = b->limb[0], rem = 0;
+        uint32_t d = bl[0], rem = 0;
         for (int i = na - 1; i >= 0; i--) {
-            uint32_t cur = rem * BIG_BASE + a->limb[i];
+            uint32_t cur = rem * BIG_BASE + al[i];
             quot[i] = (uint16_t)(cur / d);
             rem = cur - quot[i] * d;
         }
@@ -126,16 +137,16 @@ static void divmod_mag(const big_t *a, const big_t *b) {
         return;
     }
     /* Normalise so that the divisor's top limb is >= BASE/2. */
-    uint32_t f = BIG_BASE / ((uint32_t)b->limb[nb - 1] + 1), carry = 0;
+    uint32_t f = BIG_BASE / ((uint32_t)bl[nb - 1] + 1), carry = 0;
     for (int i = 0; i < na; i++) {
-        uint32_t t = a->limb[i] * f + carry;
+        uint32_t t = al[i] * f + carry;
         carry = t / BIG_BASE;
         un[i] = (uint16_t)(t - carry * BIG_BASE);
     }
     un[na] = (uint16_t)carry;
     carry = 0;
     for (int i = 0; i < nb; i++) {
-        uint32_t t = b->limb[i] * f + carry;
+        uint32_t t = bl[i] * f + carry;
         carry = t / BIG_BASE;
         vn[i] = (uint16_t)(t - carry * BIG_BASE);
     }
@@ -182,6 +193,18 @@ static void divmod_mag(const big_t *a, const big_t *b) {
     }
 }
 
+/* quot[0..qn) += 1; returns the new length (qn + 1, the top limb possibly 0). */
+static int quot_increment(int qn) {
+    uint32_t c = 1;
+    for (int i = 0; i < qn && c; i++) {
+        uint32_t s = quot[i] + c;
+        c = s >= BIG_BASE;
+        quot[i] = (uint16_t)(c ? s - BIG_BASE : s);
+    }
+    quot[qn] = (uint16_t)c;
+    return qn + 1;
+}
+
 void big_divmod(big_t *q, big_t *m, const big_t *a, const big_t *b) {
     if (b->len == 0) big_fail(CALC_MATH, "division by zero");
     int qneg = a->neg ^ b->neg, aneg = a->neg, bneg = b->neg;
@@ -198,20 +221,13 @@ void big_divmod(big_t *q, big_t *m, const big_t *a, const big_t *b) {
         }
         return;
     }
-    divmod_mag(a, b);
+    divmod_mag(a->limb, na, b->limb, nb);
     int qn = na - nb + 1;
     int rn = nb;
     while (rn > 0 && un[rn - 1] == 0) rn--;
     if (qneg && rn > 0) {
         /* Floor adjustment: q = -(|q| + 1), m = |b| - |m| with b's sign. */
-        uint32_t c = 1;
-        for (int i = 0; i < qn && c; i++) {
-            uint32_t s = quot[i] + c;
-            c = s >= BIG_BASE;
-            quot[i] = (uint16_t)(c ? s - BIG_BASE : s);
-        }
-        quot[qn] = (uint16_t)c;
-        qn++;
+        qn = quot_increment(qn);
         int32_t borrow = 0;
         for (int i = 0; i < nb; i++) {
             int32_t d = (int32_t)b->limb[i] - (i < rn ? un[i] : 0) - borrow;
@@ -224,6 +240,67 @@ void big_divmod(big_t *q, big_t *m, const big_t *a, const big_t *b) {
     /* m before q: store() of q must not clobber un (it does not: separate buffers). */
     if (m) store(m, un, rn, bneg);
     if (q) store(q, quot, qn, qneg);
+}
+
+void big_floordiv_prod(big_t *q, const big_t *a, const big_t *b, const big_t *c,
+                       const big_t *d) {
+    if (c->len == 0 || d->len == 0) big_fail(CALC_MATH, "division by zero");
+    int neg = a->neg ^ b->neg ^ c->neg ^ d->neg;
+    int nx = mul_mag(wide, a, b), ny = mul_mag(wide2, c, d);
+    if (cmp_mag(wide, nx, wide2, ny) < 0) {
+        /* |x| < |y|: 0, or -1 when the signs differ and x != 0 */
+        if (neg && nx) { big_set_u32(q, 1); q->neg = 1; }
+        else { q->len = 0; q->neg = 0; }
+        return;
+    }
+    if (nx - ny > BIG_MAX_LIMBS) fail_too_big();      /* the quotient has >= nx-ny limbs */
+    divmod_mag(wide, nx, wide2, ny);
+    int qn = nx - ny + 1, rest = 0;
+    for (int i = 0; i < ny; i++) rest |= un[i];
+    if (neg && rest) qn = quot_increment(qn);     /* floor: |q| + 1 */
+    store(q, quot, qn, neg);
+}
+
+void big_mod_reduced(big_t *num, big_t *h, const big_t *na, const big_t *y, const big_t *nb,
+                     const big_t *x, const big_t *db) {
+    if (nb->len == 0 || x->len == 0) big_fail(CALC_MATH, "division by zero");
+    int nA = mul_mag(wide, na, y), nB = mul_mag(wide2, nb, x);
+    int aneg = na->neg ^ y->neg, bneg = nb->neg ^ x->neg, rn;
+    if (cmp_mag(wide, nA, wide2, nB) >= 0) {
+        divmod_mag(wide, nA, wide2, nB);
+        for (int i = 0; i < nB; i++) wide[i] = un[i];
+        rn = nB;
+    } else {
+        rn = nA;
+    }
+    while (rn > 0 && wide[rn - 1] == 0) rn--;
+    if (rn && aneg != bneg) {       /* floor: R = |B| - |R|, with B's sign */
+        int32_t borrow = 0;
+        for (int i = 0; i < nB; i++) {
+            int32_t d = (int32_t)wide2[i] - (i < rn ? wide[i] : 0) - borrow;
+            borrow = d < 0;
+            wide[i] = (uint16_t)(borrow ? d + (int32_t)BIG_BASE : d);
+        }
+        rn = nB;
+        while (rn > 0 && wide[rn - 1] == 0) rn--;
+    }
+    if (rn == 0) { num->len = 0; num->neg = 0; big_set_u32(h, 1); return; }
+    for (int i = 0; i < rn; i++) wide2[i] = wide[i];      /* R, safe from big_gcd below */
+    /* h = gcd(R, db) = gcd(R mod db, db) */
+    if (cmp_mag(wide2, rn, db->limb, db->len) >= 0) {
+        divmod_mag(wide2, rn, db->limb, db->len);
+        store(h, un, db->len, 0);
+    } else {
+        store(h, wide2, rn, 0);
+    }
+    big_gcd(h, h, db);
+    /* num = R / h (exact) */
+    if (h->len == 1 && h->limb[0] == 1) {
+        store(num, wide2, rn, bneg);
+        return;
+    }
+    divmod_mag(wide2, rn, h->limb, h->len);
+    store(num, quot, rn - h->len + 1, bneg);
 }
 
 static big_t gcd_x, gcd_y;

@@ -41,6 +41,17 @@ void big_mul(big_t *r, const big_t *a, const big_t *b);
 /* Floor division like Python's // and %: q = floor(a / b), m = a - b*q (sign of b).
  * Either output may be NULL. b == 0 fails with CALC_MATH. */
 void big_divmod(big_t *q, big_t *m, const big_t *a, const big_t *b);
+/* q = floor((a * b) / (c * d)), the products formed at double width: only q must fit
+ * (a tiny fraction // 10**30 needs no 1024-digit intermediate). c * d == 0 fails with
+ * CALC_MATH. */
+void big_floordiv_prod(big_t *q, const big_t *a, const big_t *b, const big_t *c,
+                       const big_t *d);
+/* The remainder of a fraction division, reduced: with R = (na * y) mod (nb * x) (Python's %,
+ * the sign of nb * x; both products formed at double width), h = gcd(R, db) and
+ * num = R / h. (calc's a % b is num / (x * (db / h)) for x = da/g, y = db/g,
+ * g = gcd(da, db): see frac_mod.) Fails with CALC_TOO_BIG only if num does not fit. */
+void big_mod_reduced(big_t *num, big_t *h, const big_t *na, const big_t *y, const big_t *nb,
+                     const big_t *x, const big_t *db);
 /* The non-negative greatest common divisor; gcd(0, 0) = 0. */
 void big_gcd(big_t *r, const big_t *a, const big_t *b);
 /* r = a ** e for e >= 0 (e given as a non-negative big). */

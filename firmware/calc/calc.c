@@ -65,13 +65,6 @@ static void cancel(big_t *x, big_t *y) {
     }
 }
 
-/* r = n / d in lowest terms, with d != 0 of either sign (n, d are t1 and t2). */
-static void frac_make(frac_t *r, big_t *n, big_t *d) {
-    if (d->neg) { big_neg(n, n); big_neg(d, d); }
-    if (!big_is_unit(d)) cancel(n, d);
-    frac_set(r, n, d);
-}
-
 /* The operations follow CPython's fractions module, which keeps intermediates small:
  * a gcd of the denominators (addition) or cross-cancelling (multiplication, division)
  * instead of one gcd of the full products. */
@@ -140,22 +133,33 @@ static void frac_div(frac_t *r, const frac_t *a, const frac_t *b) {
     frac_set(r, &t1, &t2);
 }
 
-/* Python's Fraction: a // b = (na*db) // (da*nb); a % b = ((na*db) % (nb*da)) / (da*db). */
+/* Python's Fraction: a // b = (na*db) // (da*nb), its products formed at double width, so
+ * only the quotient must fit (a tiny fraction // 10**30 is 0, not "number too big"). */
 static void frac_floordiv(frac_t *r, const frac_t *a, const frac_t *b) {
     require_nonzero(b);
-    big_mul(&t1, &a->num, &b->den);
-    big_mul(&t2, &a->den, &b->num);
-    big_divmod(&t1, 0, &t1, &t2);
+    big_floordiv_prod(&t1, &a->num, &b->den, &a->den, &b->num);
     frac_set_int(r, &t1);
 }
 
+/* a % b: the value of Python's ((na*db) % (nb*da)) / (da*db), without any product that does
+ * not fit where the result does. With g = gcd(da, db), x = da/g, y = db/g: a = A/L and
+ * b = B/L over L = x*db, A = na*y, B = nb*x; a % b = R/L with R = A mod B. R shares no
+ * factor with x (R = A mod x and gcd(na*y, x) = 1), so with h = gcd(R, db) the result in
+ * lowest terms is (R/h) / (x * (db/h)): A, B and R are formed at double width
+ * (big_mod_reduced), and only the result's numerator and denominator must fit. */
 static void frac_mod(frac_t *r, const frac_t *a, const frac_t *b) {
     require_nonzero(b);
-    big_mul(&t1, &a->num, &b->den);
-    big_mul(&t2, &b->num, &a->den);
-    big_divmod(0, &t1, &t1, &t2);
-    big_mul(&t2, &a->den, &b->den);
-    frac_make(r, &t1, &t2);
+    big_gcd(&t3, &a->den, &b->den);                 /* g */
+    big_divmod(&t4, 0, &a->den, &t3);               /* x = da / g */
+    big_divmod(&t5, 0, &b->den, &t3);               /* y = db / g */
+    big_mod_reduced(&t1, &t3, &a->num, &t5, &b->num, &t4, &b->den);   /* R/h, h */
+    if (big_is_zero(&t1)) {
+        big_set_u32(&t2, 1);                        /* zero is 0/1 */
+    } else {
+        big_divmod(&t2, 0, &b->den, &t3);           /* db / h */
+        big_mul(&t2, &t2, &t4);                     /* x * (db / h) */
+    }
+    frac_set(r, &t1, &t2);
 }
 
 static void frac_pow(frac_t *r, const frac_t *a, const frac_t *e) {

@@ -1,9 +1,8 @@
-/* Prints the Fibonacci numbers F(0) to F(41) = 165580141, one per line
- * (F(40) = 102334155). */
+/* Prints the Fibonacci numbers F(0) to F(40) = 102334155, one per line. */
 #include "deltachip.h"
 
 int main(void) {
-    volatile unsigned count = 42;
+    volatile unsigned count = 41;
     unsigned a = 0, b = 1;
     for (unsigned n = 0; n < count; n++) {
         printf("%u\n", a);

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.kinds import MemKind
 from hdl import ast
 from hdl.diagnostics import suggest
 from hdl.elab.base import MAX_DEPTH, MAX_MEM_DEPTH
@@ -318,7 +319,7 @@ class Elaborator(ExprMixin, StmtMixin):
             return
         image, init = None, ()
         if s.image is not None:
-            if s.kind == "ram":
+            if s.kind is MemKind.RAM:
                 self.err(s.image_loc or s.loc, "only a rom has an image; a ram starts as zeros")
                 return
             assert self.file is not None

@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from common.kinds import MemKind
 from hdl import ast
 from hdl.diagnostics import suggest
-from hdl.elab.base import MAX_TOTAL_UNROLL, MAX_UNROLL, Abort, ElabBase, article
+from hdl.elab.base import MAX_TOTAL_UNROLL, MAX_UNROLL, Abort, ElabBase
 from hdl.elab.values import (KIND_ENUM, POISON, Assigned, CInt, ConstSym, EnumSym, InstSym, KindSym,
                              MemSym, ModuleSym, NextSym, PendingWrite, Scope, Sig, SigSym, State,
                              TokSym, Type, Val, VarSym, WireSym)
@@ -300,7 +301,7 @@ class StmtMixin(ElabBase):
                                 f"for signals)")
             return
         m = sym.memory
-        if m.kind == "rom":
+        if m.kind is MemKind.ROM:
             self.err(s.loc, f"cannot write to rom '{m.name}': a rom is read-only (declare it "
                             f"as ram to write it)")
             return
@@ -412,10 +413,10 @@ class StmtMixin(ElabBase):
             s0 = self.run_arm(s.orelse, scope, base)
         else:
             s0 = base
-        if not isinstance(c, Sig):
-            self.state = base
-            raise Abort
-        self.state = self._merge(c.node, s1, s0, s.loc)
+        # a bad condition has been reported: merge the arms all the same (on a stand-in
+        # condition), so what they assign counts as assigned and no error follows from it
+        cn = c.node if isinstance(c, Sig) else self.b.const(0, 1, s.cond.loc)
+        self.state = self._merge(cn, s1, s0, s.loc)
 
     def match(self, s: ast.Match, scope: Scope) -> None:
         base = self.state
@@ -470,10 +471,12 @@ class StmtMixin(ElabBase):
                                 f"'_ => {{ ... }}')")
         states = [self.run_arm(arm.body, scope, base) for _c, arm in arms]
         self.state = base
-        if not isinstance(subj, Sig) or not arms:
+        if not arms:
             return
+        # (a bad subject has been reported; its arms merge on stand-in conditions, so what
+        # they assign counts as assigned and no error follows from it)
         # the last arm (or a '_' arm) is the default when the match is exhaustive
-        n_used = next((i + 1 for i, (c, article) in enumerate(arms) if c is None), len(arms))
+        n_used = next((i + 1 for i, (c, _) in enumerate(arms) if c is None), len(arms))
         if exhaustive:
             merged = states[n_used - 1]
             order = range(n_used - 2, -1, -1)

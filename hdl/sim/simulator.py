@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from deltachip.errors import UserError
+from common.errors import UserError
 from hdl.ir import Circuit, Token
 from hdl.sim import cbuild
 from hdl.sim.engines import CStepEngine, PyStepEngine
@@ -105,12 +105,6 @@ class Simulator:
         if name not in self.circuit.memories:
             raise SimError(f"unknown memory '{name}'")
         return self._engine.read(self.layout.mem_index(name))
-
-    def load_memory(self, name: str, words: Sequence[int]) -> None:
-        """Replace a memory's contents (shorter images are padded with zeros)."""
-        if name not in self.circuit.memories:
-            raise SimError(f"unknown memory '{name}'")
-        self._engine.load(self.layout.mem_index(name), _check_words(self.circuit, name, words))
 
     # ---- tokens -------------------------------------------------------------------------
     def _encode(self, tok: Token) -> list[int]:

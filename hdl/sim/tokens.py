@@ -8,7 +8,7 @@ name (a value that is no member prints as a number). :func:`parse_token` accepts
 """
 from __future__ import annotations
 
-from deltachip.errors import UserError
+from common.errors import UserError
 from hdl.ir import Circuit, Field, Token
 
 

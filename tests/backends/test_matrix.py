@@ -2,8 +2,9 @@
 
 Every stdlib module (behind its token wrapper, tests/backends/wrappers.py) and every example
 (examples/*/) is compiled for each target and run in transformers' Qwen3.5 modules against
-the reference simulator (``backends.check``): every position's next token and every memory
-must match, in bf16 and fp32, decode and prefill, batch 1 and 4.
+the reference simulator (``backends.check``): every position's next token, every memory and,
+after every sublayer, every live residual lane must match, in bf16 and fp32, decode and
+prefill, batch 1 and 4.
 
 One compile per (circuit, target, dtype), shared by the module (:func:`compiled`). The
 default run holds the cheap corner of the matrix, for every circuit: compact/bf16/decode/
@@ -148,8 +149,8 @@ def test_matrix(compiled, cid, target, dtype, mode, batch):
     steps = STEPS.get(cid, DEFAULT_STEPS)[0 if cheap else 1]
     rep = check_dir(path, steps=steps, batch=batch, prefill=mode == "prefill",
                     starts=starts(cid, c, batch))
-    assert rep.ok, "\n".join(str(m) for m in rep.mismatches)
-    assert rep.positions >= batch * 2
+    assert rep.ok, "\n".join(rep.problems())
+    assert rep.positions >= batch * 2 and rep.lane_checks > 0
     if mode == "decode":
         assert rep.memory_checks == rep.positions
     else:

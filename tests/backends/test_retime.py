@@ -24,7 +24,7 @@ from hdl.ir import Circuit, Field, Op, Token, TokenKind  # noqa: E402
 from backends import lanes, retime  # noqa: E402
 from backends.check import check_dir  # noqa: E402
 from backends.compiler import compile_to_dir  # noqa: E402
-from backends.lower import Program  # noqa: E402
+from backends.program import Program  # noqa: E402
 from backends.schedule import DepthRuleError, check_depth_rule, schedule  # noqa: E402
 from backends.target import COMPACT, get_target  # noqa: E402
 
@@ -126,7 +126,7 @@ def retimed(c: Circuit, target=COMPACT) -> tuple[Program, int, int]:
     asap_width = max([0] + [len(prog.mlp.get(L, [])) + len(a.extra.get(L, []))
                             for L in range(prog.n_layers)])
     asap_layers = prog.n_layers
-    lanes.allocate(prog)
+    lanes.allocate(prog, retime.retime(prog)["mlp_width"])
     assert width(prog.mlp) <= prog.sched["mlp_width"]
     assert prog.sched["mlp_width"] == (target.mlp_width or asap_width)
     return prog, a.n_phys, asap_layers
@@ -151,9 +151,11 @@ def test_never_more_dims_or_layers_and_reads_follow_writes(i):
 
 
 def test_random_circuits_stay_legal_and_never_grow():
-    """The valid random circuits of seeds 0-79 (schedule and allocate only: no weights)."""
+    """The valid random circuits of seeds 0-299 (schedule and allocate only: no weights).
+    Logic that reaches no token or write gets no neurons, so most of these small circuits
+    are shallow and only a few give retiming something to move."""
     seen = moved = 0
-    for seed in range(80):
+    for seed in range(300):
         got = fuzz_circuit(seed)
         if got is None:
             continue
@@ -162,18 +164,20 @@ def test_random_circuits_stay_legal_and_never_grow():
         assert_legal(prog)
         seen += 1
         moved += prog.sched["moved_neurons"] > 0
-    assert seen >= 30 and moved >= 5, (seen, moved)
+    assert seen >= 150 and moved >= 5, (seen, moved)
 
 
 def test_saves_the_dims_asap_wastes():
-    """The 16 compare results move next to their reader: at least 12 dims fewer."""
+    """The 16 compare results move next to their reader: at least 8 dims fewer (34 -> 24
+    measured; the XOR folds now take their literals in one stage, so fewer lanes wait)."""
     prog, asap_dims, _ = retimed(wasteful(16))
     assert prog.sched["moved_neurons"] >= 16
-    assert prog.n_phys <= asap_dims - 12, prog.sched
-    eq_layers = {L for L, ns in prog.mlp.items() for n in ns
-                 if prog.circuit.nodes[n.node].name and
-                 prog.circuit.nodes[n.node].name.startswith("eq")}
-    assert min(eq_layers) > 0
+    assert prog.n_phys <= asap_dims - 8, prog.sched
+    a_lanes = {i for i, ln in enumerate(prog.lanes) if ln.label.startswith("tok.T.a.")}
+    eq_layers = {L for L, ns in prog.mlp.items() for n in ns    # neurons of the compares
+                 if n.gate.t and set(n.gate.t) <= a_lanes and
+                 prog.circuit.nodes[n.node].op is not Op.ADD}
+    assert eq_layers and min(eq_layers) > 0
 
 
 def test_retimed_circuit_is_exact(tmp_path):
@@ -264,10 +268,12 @@ def test_groups_move_as_units():
 def test_memory_spread_over_layers_keeps_its_partial_reads(tmp_path):
     """A 256-word ROM (layers 0-7) and a 128-word RAM (8-11) on 2 key heads of 16 rows: a
     read lane receives part of its word in every bank layer, so a dim it reuses must be
-    cleared before the first one (test_scale's circuit, small; decode and prefill)."""
+    cleared before the first one (test_scale's circuit, small, bit cells; decode and
+    prefill)."""
     from test_scale import scale_circuit
     p = circuits.config_target(tmp_path / "config.json", inter=256, nv=2, dk=16)
-    comp = compile_to_dir(scale_circuit(256, 128), tmp_path / "s", target=str(p), dtype="bf16")
+    comp = compile_to_dir(scale_circuit(256, 128), tmp_path / "s", target=str(p), dtype="bf16",
+                          byte_cells=False)
     prog = comp.program
     assert (prog.mems["code"].layer, prog.mems["code"].last) == (0, 7)
     first = lanes.first_writes(prog)

@@ -107,7 +107,7 @@ def test_config_target_two_hot_gqa(tmp_path, dk, width):
 def test_exactness_prover_names_the_line():
     """A neuron whose pre-activation could exceed +-256 is refused, naming its HDL line."""
     from backends import emit, exact
-    from backends.lower import Form
+    from backends.program import Form
     from backends.schedule import schedule
     from backends.target import COMPACT
     c = circuits.counter(8, 9)

@@ -428,3 +428,26 @@ def test_start_pc_outside_code_rom_faults(pc):
     assert r.fault is not None and r.fault.cause is FaultCause.FETCH_OUTSIDE_CODE
     assert str(r.fault) == (f"machine fault at pc 0x{pc:08x}: instruction fetch outside code "
                             "ROM: the pc is not a word address in code ROM")
+
+
+@pytest.mark.parametrize("trace", [False, True])
+@pytest.mark.parametrize("rd", [0, 5])
+def test_load_alignment_for_every_width_and_x0(rd, trace):
+    """Byte loads never fault on alignment (also into x0, whose value is dropped); halfword
+    and word loads fault off their alignment whatever rd is."""
+    for name, width in (("lb", 1), ("lbu", 1), ("lh", 2), ("lhu", 2), ("lw", 4)):
+        for off in range(4):
+            words = li(1, memmap.RAM_BASE) + [E(name, rd=rd, rs1=1, imm=off)] + EXIT
+            m, r = run_words(words, trace=trace)
+            if off % width:
+                assert r.fault is not None and r.fault.cause is FaultCause.MISALIGNED_LOAD, (name, off)
+            else:
+                assert r.fault is None and r.exit_code == 0, (name, off, r.fault)
+
+
+def test_memory_bytes_and_loaded_words_are_little_endian():
+    m = Machine()
+    m.write(memmap.RAM_BASE, bytes([0x11, 0x22, 0x33, 0x44, 0x55, 0x66]))
+    assert m.read(memmap.RAM_BASE + 2, 4) == bytes([0x33, 0x44, 0x55, 0x66])
+    m.load_words([0xDEAD_BEEF, 0x0102_0304])
+    assert m.read(memmap.CODE_BASE, 8) == bytes([0xEF, 0xBE, 0xAD, 0xDE, 4, 3, 2, 1])

@@ -224,6 +224,43 @@ KINDS: dict[str, Callable[[random.Random], str]] = {
 }
 
 
+def _big_operand(rng: random.Random) -> str:
+    """A big or finely fractional operand: integers up to 1,024 digits, fractions with
+    denominators up to 10**1023, powers of ten."""
+    sign = rng.choice(["", "-"])
+    k = rng.random()
+    if k < 0.3:
+        return f"{sign}{rng.randint(1, 10 ** rng.choice([1, 5, 50, 200, 500, 900, 1000, 1020]))}"
+    if k < 0.6:
+        return (f"({sign}{rng.randint(1, 10 ** rng.choice([1, 3, 30]))}/"
+                f"10**{rng.choice([10, 300, 700, 1000, 1023])})")
+    if k < 0.8:
+        return (f"({sign}{rng.randint(1, 10 ** rng.choice([5, 50, 500, 1000]))}/"
+                f"{rng.randint(1, 10 ** rng.choice([2, 20, 200]))})")
+    return f"{sign}10**{rng.choice([3, 30, 300, 1000, 1023])}"
+
+
+def big_operands(seed: int, count: int) -> list[str]:
+    """``count`` expressions ``a // b``, ``a % b`` and ``a ** n`` whose operands are big or
+    finely fractional while the result is often small (a tiny fraction // 10**30): the
+    cases where a cross product of the operands would not fit calc's 1,024 digits."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    while len(out) < count:
+        op = rng.choice(["//", "%", "//", "%", "**"])
+        a = _big_operand(rng)
+        if op == "**":
+            if rng.random() < 0.5:
+                a = f"({rng.randint(-9, 9)}/{rng.randint(1, 9)})"
+            b = str(rng.choice([0, 1, 2, 3, -1, -2, 10, 100, -50, 1000]))
+        else:
+            b = _big_operand(rng)
+        expr = f"{a} {op} {b}"
+        if len(expr) < INPUT_CAPACITY - 2:
+            out.append(expr)
+    return out
+
+
 def generate(seed: int, count: int) -> list[tuple[str, str]]:
     """``count`` (kind, expression) pairs, cycling through the kinds, from a seeded RNG.
     Empty expressions are dropped (a blank line is not an expression), and so are any whose

@@ -16,14 +16,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from firmware import toolchain  # noqa: E402
-from fw_engines import ENGINES, emulator_available  # noqa: E402
+from fw_engines import ENGINES  # noqa: E402
 
 
 @pytest.fixture(params=ENGINES)
 def engine(request) -> str:
     """Each test using this runs on unicorn and on the golden emulator."""
-    if request.param == "emulator" and not emulator_available():
-        pytest.skip("cpu.emulator is not available")
     return request.param
 
 

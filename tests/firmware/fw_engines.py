@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cpu.emulator import Machine
 from unicorn_runner import run_elf
 
 ENGINES = ["unicorn", "emulator"]
@@ -30,16 +31,7 @@ def run_on(engine: str, elf: Path, input_text: str | None = None,
     if engine == "unicorn":
         r = run_elf(elf, input_text, max_steps)
         return Outcome(r.exit_code, r.output, r.fault, None)
-    from cpu.emulator import Machine
     m = Machine.from_elf(elf, None if input_text is None else input_text.encode())
     r = m.run(max_steps)
     fault = str(r.fault) if r.fault else ("step budget exhausted" if r.timed_out else None)
     return Outcome(r.exit_code, r.output, fault, r.instructions)
-
-
-def emulator_available() -> bool:
-    try:
-        import cpu.emulator  # noqa: F401
-    except ImportError:
-        return False
-    return True

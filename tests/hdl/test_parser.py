@@ -151,5 +151,5 @@ def test_syntax_error_messages(src, message):
 
 def test_describe_expected_groups_terminals():
     assert describe_expected({"SEMICOLON", "RBRACE"}) == "one of: ';', '}'"
-    assert describe_expected({"NAME", "INT", "SIZED_INT", "LPAR", "MINUS", "TILDE", "BANG",
+    assert describe_expected({"NAME", "INT", "SIZED_INT", "CHAR", "LPAR", "MINUS", "TILDE", "BANG",
                               "LBRACE"}) == "an expression"

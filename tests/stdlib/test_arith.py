@@ -10,7 +10,6 @@ from hypothesis import example, given, settings, strategies as st
 import stdlib_models as M
 from harness import check, edges, evaluate, grid, mixed
 
-ALL8 = range(256)
 U32 = st.integers(0, 2**32 - 1)
 
 

@@ -1,0 +1,179 @@
+"""Writing a user's output safely: all of it or none of it, and never through a special file.
+
+Takes: the path the user asked for. Gives:
+
+- :func:`replace_on_success`, a context manager that checks the path
+  (:func:`check_output_path`), creates a temporary file next to it up front (so an unwritable
+  path is reported before any work is done), yields the temporary path, renames it over the
+  target when the block ends normally and deletes it otherwise, so that a failed or
+  interrupted command never leaves a half-written file or clobbers the one that was there.
+  An ``OSError`` raised while the block writes the temporary file (disk full, quota, I/O
+  error) becomes the command's error, naming the path and the reason.
+- :func:`check_output_path`: an output may be a missing path or a regular file; a
+  directory, a symbolic link, a FIFO, a device or a socket is refused, never replaced.
+- :func:`temp_name_prefix` and :func:`sweep_stale`: every temporary the project makes beside
+  an output is named ``.NAME.deltachip-PID-…``; a command killed outright (SIGKILL, power
+  loss) leaves its temporary behind, and the next command writing the same output removes
+  those whose process no longer runs.
+- :func:`os_reason` / :func:`write_reason`: the words for why a write failed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from common.errors import UserError
+
+TEMP_TAG = "deltachip"
+
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def os_reason(e: OSError) -> str:
+    """The words for why a file operation failed (as the user should read them)."""
+    # mkdir(parents=True) on a path through a regular file raises FileExistsError
+    return "Not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) \
+        else (e.strerror or str(e))
+
+
+_OS_ERROR_RE = re.compile(r"(?:I/O error: )?(.*?) \(os error (\d+)\)")
+
+
+def write_reason(e: BaseException) -> str | None:
+    """Why a write failed, if ``e`` is a failed write: an ``OSError``, or a library's error
+    that wraps one (safetensors says ``... I/O error: No space left on device (os error
+    28)``); None for any other exception."""
+    if isinstance(e, OSError):
+        return os_reason(e)
+    m = _OS_ERROR_RE.search(str(e))
+    if m and type(e).__name__ in ("SafetensorError",):
+        return os.strerror(int(m.group(2)))
+    return None
+
+
+def special_kind(path: str | Path) -> str | None:
+    """What ``path`` is when it is neither missing nor a regular file ("a symbolic link",
+    "a directory", "a named pipe (FIFO)", ...); None for a regular file or a missing path."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None         # unreadable: the write itself will say why
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    for test, words in _SPECIAL:
+        if test(mode):
+            return words
+    return None
+
+
+def check_output_path(path: str | Path, label: str = "",
+                      error: type[UserError] = UserError) -> Path:
+    """``path`` as a Path if a file may be written there: it is missing or a regular file.
+    Otherwise raises ``error`` (``{label}cannot write {path}: Is a directory`` for a folder,
+    ``... : is a named pipe (FIFO), not a regular file; refusing to replace it`` and the
+    like for a symbolic link, FIFO, device or socket)."""
+    path = Path(path)
+    kind = special_kind(path)
+    if kind == "a directory":
+        raise error(f"{label}cannot write {path}: Is a directory")
+    if kind is not None:
+        raise error(f"{label}cannot write {path}: it is {kind}, not a regular file; "
+                    "refusing to replace it")
+    return path
+
+
+def temp_name_prefix(path: str | Path) -> str:
+    """The name prefix of this process's temporaries beside ``path``:
+    ``.NAME.deltachip-PID-`` (what :func:`sweep_stale` recognises)."""
+    return f".{Path(path).name}.{TEMP_TAG}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def sweep_stale(path: str | Path) -> list[Path]:
+    """Remove the temporaries beside ``path`` that a killed deltachip process left (named by
+    :func:`temp_name_prefix`, their process gone); return what was removed. Anything else in
+    the folder, and the temporaries of running processes, are left alone; errors are
+    ignored (the sweep is a courtesy, the write that follows reports real problems)."""
+    path = Path(path)
+    parent = path.absolute().parent
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{TEMP_TAG}-(\d+)-.*", re.DOTALL)
+    removed: list[Path] = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+        except OSError:
+            pass
+    return removed
+
+
+@contextmanager
+def replace_on_success(path: str | Path, label: str = "",
+                       error: type[UserError] = UserError,
+                       make_parents: bool = False) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; move it onto ``path`` if the block succeeds.
+
+    ``label`` prefixes error messages (``"--stats: "``); ``error`` is the UserError subclass
+    raised as ``{label}cannot write {path}: {reason}`` when the path cannot be written (a
+    folder, a special file, a missing or read-only folder, a full disk while the block
+    writes); ``make_parents`` creates missing folders first.
+    """
+    path = check_output_path(path, label, error)
+    try:
+        if make_parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(path)
+        fd, name = tempfile.mkstemp(prefix=temp_name_prefix(path), suffix=".tmp",
+                                    dir=path.parent)
+    except OSError as e:
+        raise error(f"{label}cannot write {path}: {os_reason(e)}") from None
+    os.close(fd)
+    tmp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)   # as open() would have made it, not mkstemp's 0600
+    try:
+        try:
+            yield tmp
+        except OSError as e:
+            if e.filename not in (None, str(tmp), name):
+                raise           # about another file: not this output's business
+            raise error(f"{label}cannot write {path}: {os_reason(e)}") from None
+        check_output_path(path, label, error)    # nothing special appeared meanwhile
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            raise error(f"{label}cannot write {path}: {os_reason(e)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,90 @@
+"""The core's HDL source and sizes, and the elaborated circuit.
+
+Takes: :class:`CoreSizes` (the depths of code ROM, rodata ROM and each RAM byte lane in
+words). Gives: :func:`load_core` → the elaborated :class:`hdl.ir.Circuit` (cached per sizes),
+:func:`core_hash` (a digest of every ``.hdl`` file the core is built from, for the compiled
+core cache), and :func:`op_codes` (the ``const`` numbers of ``ops.hdl``, so the loader
+pre-decodes with the core's own numbering).
+
+:data:`FULL` is the memory map's core (docs/cpu.md). Smaller sizes make a *small core* for
+tests of the compiled model: the same circuit with shallower memories (RAM becomes a ring of
+``ram_words`` words; the loader refuses a program that does not fit).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hdl.frontend import load_source
+from hdl.ir import Circuit
+
+CORE_DIR = Path(__file__).resolve().parent
+CORE_FILE = CORE_DIR / "core.hdl"
+OPS_FILE = CORE_DIR / "ops.hdl"
+_ROOT = CORE_DIR.parent.parent
+_STDLIB = _ROOT / "stdlib"
+
+
+@dataclass(frozen=True)
+class CoreSizes:
+    """Memory depths in words: code ROM (and its raw copy), rodata ROM, each RAM byte lane."""
+    code_words: int = 65536
+    rodata_words: int = 32768
+    ram_words: int = 8192
+
+    @property
+    def name(self) -> str:
+        return "full" if self == FULL else f"c{self.code_words}-r{self.rodata_words}-m{self.ram_words}"
+
+
+FULL = CoreSizes()
+#: A small core: 4 KiB code, 1 KiB rodata, 2 KiB RAM.
+SMALL = CoreSizes(code_words=1024, rodata_words=256, ram_words=512)
+#: The core of the default compiled-model tests: 2 KiB code, 512 B rodata, 512 B RAM.
+TINY = CoreSizes(code_words=512, rodata_words=128, ram_words=128)
+
+_CONSTS = {"CODE_WORDS": "code_words", "RODATA_WORDS": "rodata_words", "RAM_WORDS": "ram_words"}
+
+
+def core_source(sizes: CoreSizes = FULL) -> str:
+    """core.hdl with its three size consts set to ``sizes``."""
+    text = CORE_FILE.read_text()
+    for const, attr in _CONSTS.items():
+        value = getattr(sizes, attr)
+        if value < 2 or value & (value - 1) or value > getattr(FULL, attr):
+            raise ValueError(f"{attr} must be a power of two in 2..{getattr(FULL, attr)}, got {value}")
+        text, n = re.subn(rf"^const {const} = \d+;", f"const {const} = {value};", text,
+                          flags=re.MULTILINE)
+        if n != 1:
+            raise AssertionError(f"{CORE_FILE}: expected one 'const {const} = N;' line")
+    return text
+
+
+@lru_cache(maxsize=4)
+def load_core(sizes: CoreSizes = FULL) -> Circuit:
+    """The elaborated core (messages name core.hdl; imports resolve beside it)."""
+    return load_source(core_source(sizes), filename=str(CORE_FILE))
+
+
+def core_hash(sizes: CoreSizes = FULL) -> str:
+    """A digest of the core's source files (cpu/rv32/*.hdl, the stdlib), its sizes and the
+    compiler that turns them into weights (hdl/ and backends/), so a cached checkpoint is
+    rebuilt whenever any of them changes."""
+    h = hashlib.sha256(sizes.name.encode())
+    files = (sorted(CORE_DIR.glob("*.hdl")) + sorted(_STDLIB.glob("*.hdl"))
+             + sorted((_ROOT / "hdl").rglob("*.py")) + sorted((_ROOT / "backends").rglob("*.py")))
+    for f in files:
+        h.update(str(f.relative_to(_ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def op_codes() -> dict[str, int]:
+    """``{NAME: value}`` for every ``const NAME = value;`` line of ops.hdl."""
+    consts = {}
+    for m in re.finditer(r"^const (\w+) = (0x[0-9a-fA-F]+|\d+);", OPS_FILE.read_text(), re.MULTILINE):
+        consts[m.group(1)] = int(m.group(2), 0)
+    return consts

@@ -1,0 +1,223 @@
+"""The core's engines for ``deltachip run``: ``sim`` (the core's HDL in the reference
+simulator) and ``hf`` (the compiled core in transformers' own Qwen3.5 modules).
+
+Both load a program with :mod:`cpu.rv32.loader`, run the core one token per step, read the
+token stream with :class:`cpu.rv32.protocol.TraceReader`, and return a
+:class:`cpu.emulator.RunResult` like the ``ref`` engine: ``run(max_steps, trace)`` stops
+after exit, fault, or ``max_steps`` retired instructions, and can be called again to go on.
+``stats()`` gives the extra ``--stats`` fields (tokens, tokens per instruction, ...).
+
+``sim`` with ``trace=True`` builds :class:`cpu.emulator.Retire` records from the core's own
+signals (the pc the core fetched, its rd, result and data access) and checks every register
+write the core makes later (the value travels in the next token(s)) against the record:
+a disagreement is listed in ``wb_mismatches``.
+
+The compiled core (``hf``) is cached per (core source hash, sizes, target, dtype) under
+``$DELTACHIP_CACHE/cores`` (default ``~/.cache/deltachip/cores``): only the first run compiles.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from cpu import memmap
+from cpu.emulator import Retire, RunResult
+from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
+from cpu.rv32.loader import CoreImage, load_program
+from cpu.rv32.protocol import FAULT, FIX, JUMP, TraceReader, executes
+from hdl.ir import Token
+
+_WIDTH = {0: 1, 1: 2, 2: 4, 4: 1, 5: 2}
+
+
+class CoreEngine:
+    """The engine-independent run loop; subclasses give ``_step(token) -> next token``."""
+    name = "core"
+    target = "sim"
+
+    def __init__(self, image: CoreImage, sizes: CoreSizes):
+        self.image, self.sizes = image, sizes
+        self.circuit = load_core(sizes)
+        self.machine = image.machine
+        self.reader = TraceReader(word_at=self.machine.read_word)
+        self.cur: Token = image.start
+        self.reader.feed(self.cur)
+
+    @property
+    def pc(self) -> int:
+        """The byte pc of the next instruction (for the step-budget message)."""
+        pc = self.reader.pc_of(self.cur)
+        return pc if pc is not None else (self.reader.last_pc or 0) + 4
+
+    def _step(self, tok: Token) -> Token:
+        raise NotImplementedError
+
+    def _advance(self, trace: list[Retire] | None) -> None:
+        nxt = self._step(self.cur)
+        self.reader.feed(nxt)
+        self.cur = nxt
+
+    def run(self, max_steps: int, trace: bool = False) -> RunResult:
+        r = self.reader
+        out0, n0 = len(r.output), r.instructions
+        records: list[Retire] | None = [] if trace else None
+        while not r.done:
+            if executes(self.cur) and r.instructions - n0 >= max_steps:
+                break
+            self._advance(records)
+        return RunResult(r.exit_code, bytes(r.output[out0:]), r.instructions - n0, r.fault,
+                         records, timed_out=not r.done)
+
+    def stats(self) -> dict[str, Any]:
+        r = self.reader
+        return {"tokens": r.tokens, "target": self.target,
+                "tokens_per_instruction": round(r.tokens / r.instructions, 4) if r.instructions else None}
+
+
+class SimCore(CoreEngine):
+    """The core's HDL in :class:`hdl.sim.Simulator` (the C backend when a compiler works)."""
+    name = "sim"
+
+    def __init__(self, image: CoreImage, sizes: CoreSizes = FULL, backend: str = "auto"):
+        super().__init__(image, sizes)
+        from hdl.sim import Simulator
+        self.sim = Simulator(self.circuit, image.images, backend=backend)
+        names = self.circuit.names
+        self._ids = {n: names[n] for n in ("rd", "result", "npc", "d.is_jump", "d.is_load",
+                                           "d.is_store", "d.op", "lsu.addr", "ld.raw", "rs2v",
+                                           "lsu.uart", "dres")}
+        self.wb_mismatches: list[str] = []
+        self._pending: Retire | None = None       # the record whose register write is due
+
+    def _advance(self, trace: list[Retire] | None) -> None:
+        if trace is None:
+            super()._advance(None)
+            return
+        tok = self.cur
+        res = self.sim.step(tok, trace=True)
+        # entry 0 takes the results meant for x0 (core.hdl): not a register write
+        written = sorted({addr for mem, addr, _ in res.writes if mem in ("rhi", "rlo") and addr})
+        if written:
+            value = self.registers()[written[0]]
+            p = self._pending
+            if len(written) > 1 or p is None or p.rd != written[0] or p.rd_value != value:
+                self.wb_mismatches.append(f"token {self.reader.tokens}: x{written} <= "
+                                          f"0x{value:08x}, expected by {p}")
+            self._pending = None
+        if tok.kind == FIX and self._pending is not None:
+            # a division's result is known at its Fix token: complete its record
+            self._pending = self._pending._replace(rd_value=res.values[self._ids["dres"]])
+            trace[-1] = self._pending
+        if executes(tok):
+            if self._pending is not None:
+                self.wb_mismatches.append(f"token {self.reader.tokens}: no write for {self._pending}")
+                self._pending = None
+            rec = self._record(tok, res.values, res.next)
+            if rec is not None:
+                trace.append(rec)
+                self._pending = rec if rec.rd is not None else None
+        self.reader.feed(res.next)
+        self.cur = res.next
+
+    def registers(self) -> list[int]:
+        """The register file now (the core keeps bits 31..13 and 12..0 in two memories;
+        entry 0 holds what was written to x0, which reads 0)."""
+        regs = [(h << 13) | lo for h, lo in zip(self.sim.memory("rhi"), self.sim.memory("rlo"))]
+        return [0] + regs[1:32]
+
+    def _record(self, tok: Token, values: tuple[int, ...], nxt: Token) -> Retire | None:
+        """The Retire record of the instruction executed at ``tok`` (None when it faulted
+        or the stream ended)."""
+        if nxt.kind == FAULT:                      # not retired
+            return None
+        v = {n: values[i] for n, i in self._ids.items()}
+        pc = self.reader.pc_of(tok)
+        insn = self.machine.read_word(pc)
+        rd = v["rd"] or None
+        value = ((v["npc"] << 2) & 0xFFFF_FFFF if v["d.is_jump"] else v["result"]) if rd else None
+        addr = data = width = None
+        is_store = bool(v["d.is_store"])
+        if v["d.is_load"] or is_store:
+            width = _WIDTH[v["d.op"] & 7]
+            addr = v["lsu.addr"]
+            data = (v["rs2v"] & ((1 << (8 * width)) - 1)) if is_store else v["ld.raw"]
+        npc = nxt.fields[0] << 2 if nxt.kind == JUMP else pc + 4
+        return Retire(pc, insn, rd, value, addr, data, width, is_store, npc)
+
+    def _step(self, tok: Token) -> Token:
+        return self.sim.step(tok).next
+
+
+def cache_root() -> Path:
+    base = os.environ.get("DELTACHIP_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "deltachip") / "cores"
+
+
+def compiled_core_path(sizes: CoreSizes = FULL, target: str = "compact",
+                       dtype: str = "bf16") -> Path:
+    """Where the core cache keeps the compiled core for (sizes, target, dtype)."""
+    tname = Path(target).name if os.sep in target or target.endswith(".json") else target
+    return cache_root() / f"rv32-{core_hash(sizes)}-{sizes.name}-{tname}-{dtype}"
+
+
+def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str = "bf16",
+                  progress: Callable[[str], None] | None = None) -> Path:
+    """The compiled core's checkpoint directory, compiling it on first use."""
+    from backends.compiler import compile_to_dir
+    out = compiled_core_path(sizes, target, dtype)
+    if not (out / "chip.json").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress)
+    return out
+
+
+class HFCore(CoreEngine):
+    """The compiled core in transformers (:class:`backends.hf_engine.HFEngine`), one decode
+    call per token, the program's images preloaded into the recurrent state."""
+    name = "hf"
+
+    def __init__(self, image: CoreImage, sizes: CoreSizes = FULL, target: str = "compact",
+                 dtype: str = "bf16", checkpoint: Path | None = None):
+        super().__init__(image, sizes)
+        from backends.hf_engine import HFEngine
+        self.target = target
+        path = checkpoint or compiled_core(sizes, target, dtype)
+        self.hf = HFEngine(path, dtype, roms=image.images)
+        self.cache = self.hf.new_cache(1)
+        layers = self.hf.chip["layers"]
+        self.layers = len(layers)
+        self.nonzero_layers = sum(layer["nonzero_weights"] for layer in layers)
+        #: everything outside the decoder layers: the embedding and lm_head rows (+ the norm)
+        self.nonzero_vocab = self.hf.chip["nonzero_weights"] - self.nonzero_layers
+
+    def _step(self, tok: Token) -> Token:
+        nxt = self.hf.decode_step([self.hf.token_id(tok)], self.cache)
+        return self.hf.token_of(int(nxt[0]))
+
+    def stats(self) -> dict[str, Any]:
+        s = super().stats()
+        s.update({"layers": self.layers, "nonzero_weights": self.nonzero_layers,
+                  "nonzero_vocab_weights": self.nonzero_vocab, "dtype": self.hf.dtype_name})
+        return s
+
+
+def sim_engine(path: Path, input_text: bytes | None) -> SimCore:
+    """``deltachip run --engine sim``: the full core in the reference simulator."""
+    return SimCore(load_program(path, input_text))
+
+
+def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
+              dtype: str = "bf16") -> HFCore:
+    """``deltachip run --engine hf [--target T] [--dtype D]``: the full core, compiled (and
+    cached) for ``target``/``dtype``, in transformers."""
+    from backends.target import get_target
+    get_target(target)                  # a bad --target is refused before any work
+    image = load_program(path, input_text)
+    where = compiled_core_path(FULL, target, dtype)
+    if not (where / "chip.json").is_file():
+        print(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
+              f"{where.parent}", file=sys.stderr, flush=True)
+    return HFCore(image, target=target, dtype=dtype)

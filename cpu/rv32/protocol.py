@@ -1,0 +1,97 @@
+"""Reading the core's token stream (the trace protocol of docs/cpu.md, "The trace").
+
+:class:`TraceReader` is fed the tokens one by one (``feed``) and keeps what a ``deltachip
+run`` engine reports: the instructions retired, the UART bytes, and the exit code or the
+fault. It does no arithmetic the core should do: the pc it reports for an instruction is the
+protocol's own (the last Jump's 8-word block and the Step's lo), the values come from the tokens.
+
+Kinds (core.hdl): Jump(pc, wb), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
+Fault(cause), End(v), DivStep(i, v), Fix(v).
+An executing token (Jump, Step, Out with go = 1) is one instruction; it retires (and is
+counted when the next token arrives) unless the next token is a Fault. Fault(cause) →
+Half(hi) → End(lo) gives the fault's value; Half(hi) → End(lo) after an instruction is the
+exit code (hi: the upper 18 bits, lo: the lower 14).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpu import memmap
+from cpu.emulator import Fault, FaultCause, fault_of
+from hdl.ir import Token
+
+JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX = range(9)
+
+
+def executes(tok: Token) -> bool:
+    """True for a token that executes an instruction (Jump, Step, Out with go = 1)."""
+    return tok.kind in (JUMP, STEP) or (tok.kind == OUT and tok.fields[1] != 0)
+CAUSES = list(FaultCause)
+
+
+def _s32(v: int) -> int:
+    return v - (1 << 32) if v & 0x8000_0000 else v
+
+
+@dataclass
+class TraceReader:
+    """Consumes tokens (``feed``); see the module docstring. ``word_at(pc)`` gives the
+    instruction word at a byte pc (for the fault text)."""
+    word_at: object
+    instructions: int = 0
+    tokens: int = 0
+    output: bytearray = field(default_factory=bytearray)
+    exit_code: int | None = None
+    fault: Fault | None = None
+    pcr: int = 0
+    last_pc: int | None = None       # byte pc of the last executing token
+    _prev: Token | None = None
+    _fault_cause: int | None = None
+    _fault_pc: int | None = None
+    _hi: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.exit_code is not None or self.fault is not None
+
+    def pc_of(self, tok: Token) -> int | None:
+        """The byte pc an executing token runs (None for the others)."""
+        if tok.kind == JUMP:
+            return tok.fields[0] << 2
+        if executes(tok):
+            return ((self.pcr & ~7) | tok.fields[0]) << 2
+        return None
+
+    def feed(self, tok: Token) -> None:
+        """Account for the next token of the stream (the start token included)."""
+        prev = self._prev
+        self.tokens += 1
+        if prev is not None and executes(prev) and tok.kind != FAULT:
+            self.instructions += 1                # the previous instruction retired
+        if tok.kind == FAULT:
+            cause = CAUSES[tok.fields[0]]
+            if prev is not None and executes(prev):
+                self._fault_pc = self.last_pc     # that instruction faulted: not retired
+            else:                                 # fell past the end of code ROM on resuming
+                self._fault_pc = memmap.CODE_END
+            self._fault_cause = tok.fields[0]
+            if cause is FaultCause.FETCH_OUTSIDE_CODE:
+                self._fault_pc = memmap.CODE_END
+        if tok.kind == OUT:
+            self.output.append(tok.fields[2])
+        if executes(tok):
+            self.last_pc = self.pc_of(tok)
+            if tok.kind == JUMP:
+                self.pcr = tok.fields[0]
+        if tok.kind == HALF:
+            self._hi = tok.fields[0]
+        elif tok.kind == END:
+            value = ((self._hi << 14) | tok.fields[0]) & 0xFFFF_FFFF
+            if self._fault_cause is None:
+                self.exit_code = _s32(value)
+            else:
+                pc = self._fault_pc
+                cause = CAUSES[self._fault_cause]
+                insn = None if cause is FaultCause.FETCH_OUTSIDE_CODE else self.word_at(pc)
+                self.fault = fault_of(pc, insn, cause, value)
+        self._prev = tok

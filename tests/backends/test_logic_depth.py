@@ -1,0 +1,139 @@
+"""The depth-optimal constructions (docs/backend.md, "Logic depth"): each construct is
+compiled, run in transformers against the simulator (exact, token by token), and its depth
+is pinned to the figure the issue asks for.
+
+Every circuit walks a 16-bit token field x; the u32 operands a, b, c, d and the u5 amount n
+are rotations and XORs of x (free in the weights), the result r is folded into the next x."""
+from __future__ import annotations
+
+import pytest
+from transformers.utils import logging as hf_logging
+
+from backends.check import check_dir
+from backends.compiler import compile_to_dir
+from backends.lower import Lowerer
+from backends.schedule import schedule
+from backends.target import get_target
+from hdl.frontend import load_source
+from hdl.ir import Token
+
+hf_logging.disable_progress_bar()
+
+
+def _rot(v: str, k: int, w: int = 32) -> str:
+    return v if k == 0 else f"{{{v}[{k - 1}:0], {v}[{w - 1}:{k}]}}"
+
+
+def circuit(body: str, result: str = "r") -> str:
+    """A walking circuit whose step computes ``body`` (defining ``r``, u32 or u1)."""
+    return f"""
+circuit T {{
+    token T(x: u16);
+    start T(x: 12345);
+    let x = tok.T.x;
+    let a: u32 = {{x ^ 16'h5A3C, {_rot("x", 5, 16)}}};
+    let b: u32 = {{{_rot("x", 3, 16)}, x ^ 16'hC3A5}};
+    let c: u32 = {{x ^ 16'h0FF0, x ^ 16'h9999}};
+    let d: u32 = {{{_rot("x", 11, 16)}, {_rot("x", 7, 16)}}};
+    let n: u5 = x[4:0];
+    {body}
+    let rr: u32 = zext({result}, 32);
+    next = T(x: {_rot("x", 1, 16)} ^ 16'h9D3B ^ rr[15:0] ^ rr[31:16]);
+}}
+"""
+
+
+BITS = [f"a[{i}]" for i in range(32)]
+MATCH = "var r: u32 = 0;\n    match n {\n" + "".join(
+    f"        {k} => {{ r = {_rot('b', k)}; }}\n" for k in range(32)) + "    }"
+IFELSE = "var r: u32 = c;\n" + "".join(
+    f"    {'if' if k == 0 else 'else if'} n == {k} {{ r = {_rot('b', k)}; }}\n" for k in range(31))
+
+#: name -> (body, most MLP stages allowed)
+CASES = {
+    "or32": ("let r = " + " || ".join(BITS) + ";", 1),
+    "or32_mixed": ("let r = (" + " | ".join(BITS[:16]) + ") | !(" + " && ".join(BITS[16:]) + ");", 1),
+    "and32": ("let r = " + " && ".join(BITS) + " && !(a[0] ^ b[3]);", 2),
+    "xor32": ("let r = " + " ^ ".join(BITS) + " ^ !(b[1] | b[2]);", 2),
+    "bitwise_chain": ("let r = (a & b & ~c) | (c ^ d ^ a) | ~(b | d);", 2),
+    "match32": (MATCH, 2),
+    "ifelse31": (IFELSE, 2),
+    "shl": ("let r = a << n;", 1),
+    "lshr": ("let r = a >> n;", 1),
+    "ashr": ("let r = unsigned(signed(a) >> n);", 1),
+    "shl_wide_amount": ("let r = a << zext(x[7:0], 8);", 1),
+    "ashr_wide_amount": ("let r = unsigned(signed(a) >> zext(x[7:0], 8));", 1),
+    "add4": ("let r = a + b + c + d;", 4),
+    "add_sub": ("let r = a + b - c;", 4),
+    "mulhu": ("let p = zext(a, 64) * zext(b, 64);\n    let r = p[63:32];", 6),
+    "mulh": ("let p = sext(signed(a), 64) * sext(signed(b), 64);\n    let r = unsigned(p[63:32]);", 6),
+}
+
+
+def _stages(c) -> int:
+    """MLP stages from the token to the signal ``r`` (its deepest bit's MLP layer + 1)."""
+    lw = Lowerer(c, get_target("compact"), {}, {})
+    lw.run()
+    slots = [lw.slot_of([lw.mat(f)]) for f in lw.bits[c.names["r"]]]
+    return (max(slots) + 1) // 2
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_construct_is_shallow_and_exact(tmp_path, name):
+    body, most = CASES[name]
+    c = load_source(circuit(body), f"<{name}>")
+    assert _stages(c) <= most
+    dtype = "fp32" if name in ("match32", "ashr", "add4") else "bf16"
+    compile_to_dir(c, tmp_path / name, dtype=dtype)
+    starts = [Token(0, (v,)) for v in (12345, 0, 0xFFFF, 0x8000)]
+    rep = check_dir(tmp_path / name, steps=10, batch=4, starts=starts)
+    assert rep.ok, [str(m) for m in rep.mismatches]
+
+
+ROM_SRC = """
+circuit R {
+    token T(x: u16);
+    start T(x: 7);
+    rom big: u16[1024] = "big.hex";
+    ram small: u16[64];
+    let x = tok.T.x;
+    let w = trunc(big[x[9:0] + x[15:6]], 16);
+    small[x[5:0]] <= w ^ x;
+    let s = small[x[11:6]];
+    next = T(x: {x[0], x[15:1]} ^ w ^ s);
+}
+"""
+
+
+@pytest.mark.parametrize("dtype,prefill", [("bf16", False), ("fp32", False), ("bf16", True),
+                                           ("fp32", True)])
+def test_byte_cell_rom_is_dense_and_exact(tmp_path, dtype, prefill):
+    import random
+    rng = random.Random(5)
+    (tmp_path / "big.hex").write_text("\n".join(f"{rng.getrandbits(16):04x}" for _ in range(1024)))
+    (tmp_path / "r.hdl").write_text(ROM_SRC)
+    from hdl.frontend import load_circuit
+    c = load_circuit(tmp_path / "r.hdl")
+    comp = compile_to_dir(c, tmp_path / "chip", dtype=dtype)
+    big = comp.chip["memories"]["big"]
+    assert big["cell_bits"] == 8 and big["key_heads"] == 1      # 8 banks at 1 bit per cell
+    assert comp.chip["memories"]["small"]["cell_bits"] == 1
+    starts = [Token(0, (v,)) for v in (7, 0, 0xFFFF, 0x1234)]
+    rep = check_dir(tmp_path / "chip", steps=24, batch=4, prefill=prefill, starts=starts)
+    assert rep.ok, [str(m) for m in rep.mismatches]
+
+
+def test_byte_cells_are_refused_where_fp32_prefill_is_inexact(tmp_path):
+    from backends.exact import ExactnessError, prove
+    from backends.emit import choose_numerics
+    src = ROM_SRC.replace(' = "big.hex"', "").replace("u16[1024]", "u32[65536]")
+    c = load_source(src, "r.hdl")
+    tgt = get_target("qwen3.5-4b")
+    assert schedule(c, tgt, byte_cells=False).mems["big"].cell == 1
+    p = schedule(c, tgt)
+    assert p.mems["big"].cell == 8 and p.mems["big"].kheads == 17     # 130 at 1 bit per cell
+    from backends import lanes
+    lanes.allocate(p)
+    prove(p, choose_numerics(p), "bf16")
+    with pytest.raises(ExactnessError, match="fp32 chunked prefill"):
+        prove(p, choose_numerics(p), "fp32")

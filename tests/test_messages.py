@@ -1,0 +1,76 @@
+"""Messages that used to mislead (issue 9, class 7) and `run` reading standard input (class
+10); golden texts."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deltachip.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def calc_elf(tmp_path_factory) -> Path:
+    from firmware import toolchain
+    out = tmp_path_factory.mktemp("fw") / "calc.elf"
+    return toolchain.build(toolchain.shipped_programs()["calc"], out)
+
+
+def _cli(argv: list[str], stdin_text: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "deltachip", *argv], capture_output=True,
+                          text=True, env=env, cwd=ROOT, input=stdin_text,
+                          stdin=subprocess.DEVNULL if stdin_text is None else None)
+
+
+@pytest.mark.parametrize("argv, opt", [
+    (["run", "x.elf", "--input", "-7//2"], "--input"),
+    (["sim", "x.hdl", "--start", "-A"], "--start"),
+    (["compile", "x.hdl", "-o", "-dir"], "-o/--output"),
+])
+def test_option_value_with_leading_dash_says_how(argv, opt, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    long = opt.split("/")[-1]
+    assert last.endswith(f"error: argument {opt}: expected one argument (a value that starts "
+                         f"with '-' must be attached with '=': {long}=VALUE)")
+
+
+def test_input_with_equals_and_leading_dash(calc_elf, capfd):
+    assert main(["run", str(calc_elf), "--input=-7//2"]) == 0
+    assert capfd.readouterr().out == "-4\n"
+
+
+def test_run_reads_stdin_when_no_input_and_not_a_terminal(calc_elf):
+    r = _cli(["run", str(calc_elf)], "2**100\n-7 % 3\n")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1267650600228229401496703205376\n2\n", "")
+    r = _cli(["run", str(calc_elf), "--input", "1+1"], "2**100\n")      # --input wins
+    assert (r.returncode, r.stdout) == (0, "2\n")
+    r = _cli(["run", str(calc_elf)])                                    # empty stdin
+    assert (r.returncode, r.stdout) == (1, "error: no expression given (example input: 2**100)\n")
+
+
+def test_program_without_input_buffer_ignores_stdin(tmp_path):
+    from firmware import toolchain
+    src = tmp_path / "quiet.S"
+    src.write_text(".globl _start\n_start:\n li a0, 5\n li a7, 93\n ecall\n")
+    elf = toolchain.build([src], tmp_path / "quiet.elf", runtime=False)
+    r = _cli(["run", str(elf)], "ignored text\n")
+    assert (r.returncode, r.stdout, r.stderr) == (5, "", "")
+
+
+def test_firmware_build_of_a_directory(tmp_path, capsys):
+    assert main(["firmware", "build", str(tmp_path), "-o", str(tmp_path / "x.elf")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path}: is a directory; give its source files (.c, .S, .s) or a shipped "
+        "program's name (`deltachip firmware list`)\n")
+    assert main(["firmware", "build", str(tmp_path / "nope.c"), "-o",
+                 str(tmp_path / "x.elf")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.c'}: no such file\n"
