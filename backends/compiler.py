@@ -56,12 +56,16 @@ def _quiet(_: str) -> None:
 def plan_circuit(circuit: Circuit, target: str | Target = "compact",
                  dtype: DType | str = DType.BF16,
                  progress: Progress | None = None,
-                 byte_cells: bool | None = None) -> emit.Emission:
+                 byte_cells: bool | None = None,
+                 table_rule: bool = True) -> emit.Emission:
     """Check the compile rules (:mod:`backends.rules`), schedule, retime, allocate lanes,
     choose numerics and prove ``circuit`` exact: the emission plan (no weight built yet).
     ``byte_cells``: let large ROMs store bytes per state cell (None: where exact,
-    :func:`backends.schedule.byte_cells_exact`). Raises a UserError for a bad target or
-    dtype, a broken compile rule, a depth-rule or exactness error."""
+    :func:`backends.schedule.byte_cells_exact`). ``table_rule=False`` plans past the
+    token-table size rule (:func:`backends.rules.check_tables`), for measuring the layers of
+    a chip whose tables are refused (benchmarks/core_figures.py); ``deltachip compile``
+    always applies it. Raises a UserError for a bad target or dtype, a broken compile rule,
+    a depth-rule or exactness error."""
     say = progress or _quiet
     target = get_target(target) if isinstance(target, str) else target
     dtype = DType.parse(dtype)
@@ -76,7 +80,8 @@ def plan_circuit(circuit: Circuit, target: str | Target = "compact",
     allocated = lanes.run(retimed)                              # Allocated: residual dims
     say("choosing numerics")
     num = emit.choose_numerics(allocated.prog)
-    rules.check_tables(circuit, num.hidden, dtype)
+    if table_rule:
+        rules.check_tables(circuit, num.hidden, dtype)
     say("proving exactness")
     proven = exact.run(allocated, num, dtype)                   # Proven: + numerics, proof
     return emit.run(proven)                                     # Emission: every shape

@@ -44,7 +44,6 @@ class LoweringError(UserError):
 SHIFT_GROUP = 5      # amount bits per one-hot shift stage (2^5 = 32 sources per bit)
 BYTE_CELL_BANKS = 2   # a ROM taking more banks than this at 1 bit per cell uses byte cells
 MUX_LEAVES = 64      # materialise a mux tree beyond this many leaves per bit
-GATE = 256           # slope that switches a gated neuron off when a literal is 0
 MIN_PRE = -(1 << 14) # lowest pre-activation allowed (negative ones all give silu = -0.0)
 
 

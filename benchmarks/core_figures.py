@@ -15,6 +15,9 @@ Prints two Markdown tables for the core as cpu/rv32/*.hdl stands now:
    that is deleted afterwards (``--cache`` keeps it as the core cache's entry for that
    target/dtype when none is there, so ``deltachip run --engine hf`` reuses it). A target
    the compile rules refuse (docs/language.md, "Compile rules") gets a row with the reason;
+   when what is refused is the size of the token tables, the row still gives the decoder
+   layers and their nonzero weights at that target's shapes (planned past that one rule,
+   each layer's tensors built and counted, nothing written);
 2. per firmware program (every program ``firmware.toolchain.shipped_programs`` lists, i.e.
    firmware/programs/*.c, and calc on each ``--calc-input``, default ``2**100``), built with
    the default toolchain at -O2 and run on the core in the reference simulator (engine
@@ -54,18 +57,34 @@ MAX_INSTRUCTIONS = 50_000_000
 # ---------------------------------------------------------------- compile figures
 
 def compile_child(sizes_name: str, target: str, dtype: str, out: str) -> None:
-    """In the subprocess: compile the core into ``out`` and print one JSON line."""
-    from backends.compiler import compile_to_dir
+    """In the subprocess: compile the core into ``out`` and print one JSON line. When the
+    compile rules refuse the core's token tables at ``target``, the core is planned past that
+    one rule and each decoder layer's tensors are built and counted (not written): the
+    layers' figures at the target's shapes, beside the refusal."""
+    from backends import emit
+    from backends.compiler import compile_to_dir, plan_circuit
+    from backends.rules import VocabularyError
     from common.errors import UserError
     t0 = time.perf_counter()
-    error = None
+    row: dict = {"error": None}
+    circuit = load_core(SIZES[sizes_name])
     try:
-        compile_to_dir(load_core(SIZES[sizes_name]), out, target=target, dtype=dtype)
-    except UserError as e:              # the compile rules refuse the core at this target
-        error = str(e)
-    seconds = time.perf_counter() - t0
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss       # KiB on Linux
-    print(json.dumps({"seconds": seconds, "peak_rss_bytes": peak_kb * 1024, "error": error}))
+        compile_to_dir(circuit, out, target=target, dtype=dtype)
+    except VocabularyError as e:        # the token tables: measure the layers all the same
+        row["error"] = str(e)
+        em = plan_circuit(circuit, target, dtype, table_rule=False)
+        nonzero = 0
+        for group in em.groups:
+            if group.startswith("layers."):
+                nonzero += sum(emit.nonzero_counts(emit.group_tensors(em, group)).values())
+        layers = em.prog.n_layers
+        row.update({"layers": layers, "nonzero_layers": nonzero, "vocab": em.vocab,
+                    "hidden": em.num.hidden})
+    except UserError as e:              # another rule refuses the core at this target
+        row["error"] = str(e)
+    row["seconds"] = time.perf_counter() - t0
+    row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB
+    print(json.dumps(row))
 
 
 def chip_figures(chip: dict) -> dict:
@@ -110,8 +129,15 @@ def compile_table(rows: list[tuple[str, dict]], sizes: CoreSizes, dtype: str) ->
     for target, r in rows:
         if r["error"]:
             why = r["error"].splitlines()[0].split(": error: ", 1)[-1].replace("|", "/")
-            lines.append(f"| {target} | refused by the compile rules after {r['seconds']:.0f} s: "
-                         f"{why} |" + " |" * (len(head) - 2))
+            if "layers" not in r:
+                lines.append(f"| {target} | refused by the compile rules after "
+                             f"{r['seconds']:.0f} s: {why} |" + " |" * (len(head) - 2))
+                continue
+            lines.append(f"| {target} | {r['layers']} | {r['nonzero_layers']:,} | not built: "
+                         f"refused by the compile rules ({why}) | {r['vocab']:,} "
+                         f"| {r['hidden']:,} | not written (layers built and counted) "
+                         f"| {r['seconds']:.0f} "
+                         f"| {r['peak_rss_bytes'] / 1e9:.2f} GB |")
             continue
         lines.append(f"| {target} | {r['layers']} | {r['nonzero_layers']:,} | {r['nonzero_vocab']:,} "
                      f"| {r['vocab']:,} | {r['hidden']:,} | {r['checkpoint_bytes'] / 1e9:.2f} GB "

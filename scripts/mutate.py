@@ -233,7 +233,6 @@ NUMERICS_MUTANTS = [
     (E, "bw[:, 0] = 1024.0 / 2.0 ** num.cb", "bw[:, 0] = 16.0 / 2.0 ** num.cb", "beta input 16"),
     (E, 'sd[pre + "linear_attn.dt_bias"] = torch.full((nv,), -1024.0)',
      'sd[pre + "linear_attn.dt_bias"] = torch.full((nv,), -8.0)', "decay not switched off"),
-    (LW, "GATE = 256 ", "GATE = 64 ", "mux gate slope 64"),
     (LW, "MAX_SPAN = 256", "MAX_SPAN = 512", "pre-activations up to 512 allowed"),
 ]
 

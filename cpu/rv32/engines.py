@@ -18,6 +18,7 @@ The compiled core (``hf``) is cached per (core source hash, sizes, target, dtype
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -163,14 +164,33 @@ def compiled_core_path(sizes: CoreSizes = FULL, target: str = "compact",
     return cache_root() / f"rv32-{core_hash(sizes)}-{sizes.name}-{tname}-{dtype}"
 
 
+def stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
+                dtype: str = "bf16") -> list[Path]:
+    """Cache entries for the same (sizes, target, dtype) compiled from another core source
+    (an older cpu/rv32 or backend): nothing uses them once the current one exists."""
+    want = compiled_core_path(sizes, target, dtype)
+    suffix = want.name.split("-", 2)[2]           # rv32-HASH-<sizes-target-dtype>
+    root = want.parent
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p != want
+                  and p.name.startswith("rv32-") and p.name.split("-", 2)[2:] == [suffix])
+
+
 def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str = "bf16",
                   progress: Callable[[str], None] | None = None) -> Path:
-    """The compiled core's checkpoint directory, compiling it on first use."""
+    """The compiled core's checkpoint directory, compiling it on first use; once compiled,
+    the stale entries (:func:`stale_cores`) are removed, each named on stderr."""
     from backends.compiler import compile_to_dir
     out = compiled_core_path(sizes, target, dtype)
     if not (out / "chip.json").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress)
+        for old in stale_cores(sizes, target, dtype):
+            size = sum(f.stat().st_size for f in old.rglob("*") if f.is_file())
+            shutil.rmtree(old, ignore_errors=True)
+            print(f"removed the stale compiled core {old} ({size / 1e9:.1f} GB; compiled "
+                  "from another core source)", file=sys.stderr, flush=True)
     return out
 
 

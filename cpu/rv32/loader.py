@@ -119,7 +119,7 @@ def image_of(machine: Machine, sizes: CoreSizes = FULL) -> CoreImage:
               **lanes}
     if machine.pc & 3 or not 0 <= machine.pc < 4 * sizes.code_words:
         raise CoreLoadError(f"entry point 0x{machine.pc:08x} is outside core '{sizes.name}''s code ROM")
-    return CoreImage(images, Token(JUMP_KIND, (machine.pc >> 2, 0)), machine)
+    return CoreImage(images, Token(JUMP_KIND, (machine.pc >> 2,)), machine)
 
 
 def load_program(path: str | Path, input_text: bytes | str | None = None,

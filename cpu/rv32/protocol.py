@@ -5,7 +5,7 @@ run`` engine reports: the instructions retired, the UART bytes, and the exit cod
 fault. It does no arithmetic the core should do: the pc it reports for an instruction is the
 protocol's own (the last Jump's 8-word block and the Step's lo), the values come from the tokens.
 
-Kinds (core.hdl): Jump(pc, wb), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
+Kinds (core.hdl): Jump(pc), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
 Fault(cause), End(v), DivStep(i, v), Fix(v).
 An executing token (Jump, Step, Out with go = 1) is one instruction; it retires (and is
 counted when the next token arrives) unless the next token is a Fault. Fault(cause) →

@@ -196,7 +196,7 @@ def _run(machine: Any, max_steps: int, trace_file: IO[str] | None) -> tuple[int,
     stats = {
         "instructions": instructions,
         "seconds": round(seconds, 6),
-        "instructions_per_second": round(instructions / seconds) if seconds > 0 else None,
+        "instructions_per_second": (round(instructions / seconds, 3) if seconds > 0 else None),
         "exit_code": result.exit_code, "exit_status": status,
         "fault": str(result.fault) if result.fault else None,
         "timed_out": result.exit_code is None and result.fault is None,

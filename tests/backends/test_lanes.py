@@ -193,3 +193,28 @@ def test_cli_prints_the_first_diverging_lane(tmp_path, monkeypatch, capsys):
     assert "walk.hdl:7:16): designed 0, model -1.6" in lines[0]
     assert lines[-1].startswith("FAILED (1 mismatches shown): 11 positions (decode, bf16, "
                                 "batch 1), 11 memory comparisons, ")
+
+
+def test_tall_carry_save_column_stays_within_the_exact_span(tmp_path):
+    """A sum of 51 four-bit terms: its columns are 51 rows tall, so the carry-save
+    compressor's block width is set by the largest exact pre-activation (256 in bf16; one
+    block more would reach 357). It compiles, and every lane holds its design."""
+    terms = " + ".join(f"zext({v}[{i + 3}:{i}], 10)" for v in "xyz" for i in range(17))
+    src = tmp_path / "tall.hdl"
+    src.write_text(f"""circuit Tall {{
+    token In(x: u20);
+    start In(x: 12345);
+    ram r: u20[1];
+    ram q: u20[1];
+    let x = tok.In.x;
+    r[0] <= x;
+    q[0] <= r[0];
+    let y = r[0];
+    let z = q[0];
+    let s: u10 = {terms};
+    next = In(x: (x * 3) + zext(s, 20) + 7);
+}}
+""")
+    compile_to_dir(load_circuit(src), tmp_path / "chip", dtype="bf16")
+    rep = check_dir(tmp_path / "chip", steps=24)
+    assert rep.ok and rep.lane_checks > 0, [str(x) for x in rep.lanes + rep.mismatches]

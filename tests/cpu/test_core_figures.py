@@ -97,8 +97,12 @@ def test_full_figures_table(tmp_path):
     for target in ("qwen3.5-4b", "compact"):
         row = next(line for line in out.splitlines() if line.startswith(f"| {target} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
-        layers, in_layers, vocab = int(cells[1]), int(cells[2].replace(",", "")), int(cells[3].replace(",", ""))
-        assert layers > 0 and 0 < in_layers and vocab > 0
+        layers, in_layers = int(cells[1]), int(cells[2].replace(",", ""))
+        assert layers > 0 and 0 < in_layers and int(cells[4].replace(",", "")) > 0
+        if cells[3].startswith("not built: refused by the compile rules"):
+            assert "token tables" in cells[3]       # only the tables' size may be refused
+        else:
+            assert int(cells[3].replace(",", "")) > 0
         assert cells[8].endswith(" GB") and float(cells[8].split()[0]) > 0
     from firmware import toolchain
     for name in toolchain.shipped_programs():
