@@ -61,27 +61,28 @@ def compile_child(sizes_name: str, target: str, dtype: str, out: str) -> None:
     compile rules refuse the core's token tables at ``target``, the core is planned past that
     one rule and each decoder layer's tensors are built and counted (not written): the
     layers' figures at the target's shapes, beside the refusal."""
-    from backends import emit
-    from backends.compiler import compile_to_dir, plan_circuit
-    from backends.rules import VocabularyError
+    from backends import emit, rules
+    from backends.compiler import plan_circuit, write_dir
     from common.errors import UserError
     t0 = time.perf_counter()
     row: dict = {"error": None}
     circuit = load_core(SIZES[sizes_name])
-    try:
-        compile_to_dir(circuit, out, target=target, dtype=dtype)
-    except VocabularyError as e:        # the token tables: measure the layers all the same
-        row["error"] = str(e)
+    tables_refused = False
+    try:                                # planned once; the table rule checked after it
         em = plan_circuit(circuit, target, dtype, table_rule=False)
-        nonzero = 0
-        for group in em.groups:
-            if group.startswith("layers."):
-                nonzero += sum(emit.nonzero_counts(emit.group_tensors(em, group)).values())
-        layers = em.prog.n_layers
-        row.update({"layers": layers, "nonzero_layers": nonzero, "vocab": em.vocab,
-                    "hidden": em.num.hidden})
-    except UserError as e:              # another rule refuses the core at this target
+        try:
+            rules.check_tables(circuit, em.num.hidden, dtype)
+        except rules.VocabularyError:
+            tables_refused = True
+            raise
+        write_dir(em, out)
+    except UserError as e:              # a compile rule refuses the core at this target
         row["error"] = str(e)
+    if tables_refused:                  # count the layers all the same
+        nonzero = sum(sum(emit.nonzero_counts(emit.group_tensors(em, g)).values())
+                      for g in em.groups if g.startswith("layers."))
+        row.update({"layers": em.prog.n_layers, "nonzero_layers": nonzero, "vocab": em.vocab,
+                    "hidden": em.num.hidden})
     row["seconds"] = time.perf_counter() - t0
     row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB
     print(json.dumps(row))

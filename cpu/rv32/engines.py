@@ -160,8 +160,13 @@ def cache_root() -> Path:
 def compiled_core_path(sizes: CoreSizes = FULL, target: str = "compact",
                        dtype: str = "bf16") -> Path:
     """Where the core cache keeps the compiled core for (sizes, target, dtype)."""
+    return cache_root() / f"rv32-{core_hash(sizes)}-{_entry_suffix(sizes, target, dtype)}"
+
+
+def _entry_suffix(sizes: CoreSizes, target: str, dtype: str) -> str:
+    """The part of a cache entry's name after ``rv32-HASH-``: sizes, target, dtype."""
     tname = Path(target).name if os.sep in target or target.endswith(".json") else target
-    return cache_root() / f"rv32-{core_hash(sizes)}-{sizes.name}-{tname}-{dtype}"
+    return f"{sizes.name}-{tname}-{dtype}"
 
 
 def stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
@@ -169,11 +174,10 @@ def stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
     """Cache entries for the same (sizes, target, dtype) compiled from another core source
     (an older cpu/rv32 or backend): nothing uses them once the current one exists."""
     want = compiled_core_path(sizes, target, dtype)
-    suffix = want.name.split("-", 2)[2]           # rv32-HASH-<sizes-target-dtype>
-    root = want.parent
-    if not root.is_dir():
+    suffix = _entry_suffix(sizes, target, dtype)
+    if not want.parent.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p != want
+    return sorted(p for p in want.parent.iterdir() if p.is_dir() and p != want
                   and p.name.startswith("rv32-") and p.name.split("-", 2)[2:] == [suffix])
 
 
