@@ -25,10 +25,11 @@ import signal
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from common.errors import UserError
-from common.outputs import os_reason, replace_on_success
+from common.outputs import os_reason, replace_on_success, temp_name_prefix
 
 FIRMWARE_DIR = Path(__file__).resolve().parent
 RUNTIME_DIR = FIRMWARE_DIR / "runtime"
@@ -144,14 +145,26 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
     if any(output.resolve() == src.resolve() for src in sources):
         raise ToolchainError(f"error: the output {output} is one of the sources")
     with replace_on_success(output, "error: ", ToolchainError, make_parents=True) as tmp:
-        cmd = compiler_command(chosen, all_sources, tmp, opt, include_dirs)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            no_room = _no_room(tmp)
-            if no_room:
-                raise ToolchainError(f"error: cannot write {output}: {no_room}")
-            message = (proc.stderr + proc.stdout).strip() or _status_text(proc.returncode)
-            raise ToolchainError(f"error: {chosen} failed to build {output.name}:\n{message}")
+        # the compiler writes into a private folder beside the output (the linker makes its
+        # own temporaries next to the ELF, and leaves them when it dies on a full disk);
+        # the folder goes whatever happens, and sweep_stale knows its name after a kill
+        try:
+            work = Path(tempfile.mkdtemp(prefix=temp_name_prefix(output), dir=tmp.parent))
+        except OSError as e:
+            raise ToolchainError(f"error: cannot write {output}: {os_reason(e)}") from None
+        try:
+            elf = work / output.name
+            cmd = compiler_command(chosen, all_sources, elf, opt, include_dirs)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                no_room = _no_room(elf)
+                if no_room:
+                    raise ToolchainError(f"error: cannot write {output}: {no_room}")
+                message = (proc.stderr + proc.stdout).strip() or _status_text(proc.returncode)
+                raise ToolchainError(f"error: {chosen} failed to build {output.name}:\n{message}")
+            os.replace(elf, tmp)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return output
 
 
