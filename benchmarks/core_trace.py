@@ -11,8 +11,8 @@ core.hdl). The programs are assembled here (``cpu.isa.encode``), so the trace fo
 whatever the current core.hdl emits; docs/cpu.md ("The core") shows this output.
 
 ``main`` touches every kind of step a program normally takes: a wide result (Half + Step), a
-result that keeps rd's upper bits (Step keep=1), a store and a load, a taken and a not-taken branch, a UART byte (Out), a run of steps that
-uses up ``k`` (Half + Lo + Jump), a division (DivStep), and the exit (Half + End).
+result that keeps rd's upper bits (Step keep=1), a store and a load, a taken and a not-taken branch, a UART byte (Out), a wide
+result at the end of an 8-word block (Half + Lo + Jump), a small one there (Lo + Jump), a division (DivStep), and the exit (Half + End).
 ``fault`` ends in a misaligned load: Fault, then Half + End carry the address.
 """
 from __future__ import annotations
@@ -51,7 +51,8 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
         ("addi", A5, 0, 0, -7),
         ("lui", A0, 0, 0, 0x12345),                 # wide, and k is used up: Half, Lo, Jump
         ("div", A0, A4, A5),                        # 1000 / -7 = -142: eight DivSteps
-        ("addi", A7, 0, 0, memmap.EXIT_SYSCALL),
+        ("addi", A5, A5, 0, 7),                     # a5 = 0
+        ("addi", A7, 0, 0, memmap.EXIT_SYSCALL),    # a small result ending a block: Lo, Jump
         ("ecall", 0, 0, 0, 0),                      # exit(-142)
     ],
     "fault": [

@@ -225,7 +225,7 @@ def test_every_ending(ending):
 @pytest.mark.parametrize("shift", range(8))
 def test_straight_line_uses_every_token_path(shift):
     """A long run without jumps, so every kind of instruction ends an 8-word block (wide
-    result: Half + Lo + Jump; no result: Jump; UART store: Out(go=0) + Jump; division at
+    result: Half + Lo + Jump, small: Lo + Jump; no result: Jump; UART store: Out(go=0) + Jump; division at
     the block's end), each placed at every position of a block by ``shift`` leading nops."""
     body = [("addi", 0, 0, 0, 0)] * shift + li(6, memmap.UART_TX) + li(7, 0x7FFF1234)
     for _ in range(3):
@@ -236,6 +236,30 @@ def test_straight_line_uses_every_token_path(shift):
     diffs, eng = compare(lambda: _machine(body, "exit", [5] * 31))
     assert not diffs, "\n".join(diffs)
     assert eng.reader.exit_code == -123
+
+
+def test_a_result_ending_a_block_that_fits_a_step_takes_a_lo_alone():
+    """A result at word 7 of a block that a Step could carry (13 bits signed, or rd's upper
+    19 bits kept) is written back by a Lo with no Half before it, then Jump; ref agrees.
+    A wide one there still takes Half + Lo."""
+    nop = ("addi", 0, 0, 0, 0)
+    body = li(9, 0x7FFF1234) + [nop] * 5 + [("addi", 10, 0, 0, -5)]    # word 7: small
+    body += [nop] * 7 + [("addi", 9, 9, 0, 1)]                        # word 15: keeps
+    body += [nop] * 7 + [("lui", 11, 0, 0, 0xABCDE)]                  # word 23: wide
+    make = lambda: _machine(body, "exit", [0] * 31)
+    diffs, eng = compare(make)
+    assert not diffs, "\n".join(diffs)
+    from cpu.rv32.engines import SimCore
+    from cpu.rv32.loader import image_of
+    from cpu.rv32.protocol import HALF, JUMP, LO, STEP
+    core = SimCore(image_of(make()))
+    stream = [core.cur]
+    while len(stream) < 40:
+        stream.append(core._step(stream[-1]))
+    los = [(stream[i - 1].kind, stream[i + 1].kind) for i, t in enumerate(stream) if t.kind == LO]
+    keeps = [t.fields[0] >> 13 for t in stream if t.kind == LO]
+    assert los[:3] == [(STEP, JUMP), (STEP, JUMP), (HALF, JUMP)]
+    assert keeps[:2] == [0, 1]
 
 
 def test_cli_sim_engine(built, tmp_path, capfd):
