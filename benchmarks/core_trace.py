@@ -12,7 +12,8 @@ whatever the current core.hdl emits; docs/cpu.md ("The core") shows this output.
 
 ``main`` touches every kind of step a program normally takes: a wide result (Half + Step), a
 result that keeps rd's upper bits (Step keep=1), a store and a load, a taken and a not-taken branch, a UART byte (Out), a wide
-result at the end of an 8-word block (Half + Lo + Jump), a small one there (Lo + Jump), a division (DivStep), and the exit (Half + End).
+result at the end of an 8-word block (Half + Lo + Jump), a small one there (Lo + Jump), a byte store into RAM (its merged word travels like a
+result; the store lands at the next step that is not a Half), a division (DivStep), and the exit (Half + End).
 ``fault`` ends in a misaligned load: Fault, then Half + End carry the address.
 """
 from __future__ import annotations
@@ -51,7 +52,7 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
         ("addi", A5, 0, 0, -7),
         ("lui", A0, 0, 0, 0x12345),                 # wide, and k is used up: Half, Lo, Jump
         ("div", A0, A4, A5),                        # 1000 / -7 = -142: eight DivSteps
-        ("addi", A5, A5, 0, 7),                     # a5 = 0
+        ("sb", 0, A1, A4, 1),                       # byte 0xe8 into RAM at 0x80009
         ("addi", A7, 0, 0, memmap.EXIT_SYSCALL),    # a small result ending a block: Lo, Jump
         ("ecall", 0, 0, 0, 0),                      # exit(-142)
     ],
@@ -63,8 +64,8 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
 }
 
 #: the core's own state memories (core.hdl), listed by name when a step writes them
-#: (``prevkind`` is written at every step and left out)
-STATE = ("pcr", "prevrd", "link", "hireg", "pend", "dua", "dub", "dctl", "qs")
+#: (``prevkind``, written at every step, and ``pst``, at every executing step, are left out)
+STATE = ("pcr", "prevrd", "link", "hireg", "pend", "dua", "dub", "dctl", "qs", "dval")
 
 
 def machine_of(program: list[tuple[str, int, int, int, int]]) -> Machine:
@@ -120,13 +121,8 @@ def trace_rows(program: list[tuple[str, int, int, int, int]], sizes: CoreSizes =
 
 
 def _ram_text(writes: list[tuple[str, int, int]], sizes: CoreSizes) -> str:
-    """RAM byte-lane writes as ``[0x80008] = 0x00000002`` (the bytes written, by lane)."""
-    lanes = {int(m[3]): (a, d) for m, a, d in writes if m in ("ram0", "ram1", "ram2", "ram3")}
-    if not lanes:
-        return ""
-    addr = memmap.RAM_BASE + 4 * next(iter(lanes.values()))[0]
-    data = "".join(f"{lanes[i][1]:02x}" if i in lanes else "--" for i in (3, 2, 1, 0))
-    return f"[{addr:#x}] = 0x{data}"
+    """The RAM word written at this step as ``[0x80008] = 0x00000002``."""
+    return "".join(f"[{memmap.RAM_BASE + 4 * a:#x}] = 0x{d:08x}" for m, a, d in writes if m == "ramw")
 
 
 def markdown(rows: list[list[str]]) -> str:

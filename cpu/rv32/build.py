@@ -1,7 +1,6 @@
 """The core's HDL source and sizes, and the elaborated circuit.
 
-Takes: :class:`CoreSizes` (the depths of code ROM, rodata ROM and each RAM byte lane in
-words). Gives: :func:`load_core` → the elaborated :class:`hdl.ir.Circuit` (cached per sizes),
+Takes: :class:`CoreSizes` (the depths of code ROM, rodata ROM and RAM in words). Gives: :func:`load_core` → the elaborated :class:`hdl.ir.Circuit` (cached per sizes),
 :func:`core_hash` (a digest of every ``.hdl`` file the core is built from, for the compiled
 core cache), and :func:`op_codes` (the ``const`` numbers of ``ops.hdl``, so the loader
 pre-decodes with the core's own numbering).
@@ -30,7 +29,7 @@ _STDLIB = _ROOT / "stdlib"
 
 @dataclass(frozen=True)
 class CoreSizes:
-    """Memory depths in words: code ROM (and its raw copy), rodata ROM, each RAM byte lane."""
+    """Memory depths in words: code ROM (and its raw copy), rodata ROM, RAM."""
     code_words: int = 65536
     rodata_words: int = 32768
     ram_words: int = 8192

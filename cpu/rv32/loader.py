@@ -111,12 +111,11 @@ def image_of(machine: Machine, sizes: CoreSizes = FULL) -> CoreImage:
                   sizes.rodata_words, sizes)
     ram = bytes(mem[memmap.RAM_BASE:memmap.RAM_END])
     ram_words = _fit("RAM data", _words(ram), sizes.ram_words, sizes)
-    lanes = {f"ram{i}": [(w >> (8 * i)) & 0xFF for w in ram_words] for i in range(4)}
     images = {"code": [predecode(w, 4 * i) for i, w in enumerate(code)],
               "rawcode": code, "rodata": rodata,
               "rhi": [r >> 13 for r in machine.regs] + [0] * 32,
               "rlo": [r & 0x1FFF for r in machine.regs] + [0] * 32,
-              **lanes}
+              "ramw": ram_words}
     if machine.pc & 3 or not 0 <= machine.pc < 4 * sizes.code_words:
         raise CoreLoadError(f"entry point 0x{machine.pc:08x} is outside core '{sizes.name}''s code ROM")
     return CoreImage(images, Token(JUMP_KIND, (machine.pc >> 2,)), machine)

@@ -238,6 +238,25 @@ def test_straight_line_uses_every_token_path(shift):
     assert eng.reader.exit_code == -123
 
 
+@pytest.mark.parametrize("shift", range(8))
+def test_stores_land_late_and_reads_see_them(shift):
+    """A store lands at the next step that is not a Half (core.hdl, "RAM"): a load, a byte
+    store or a halfword store of the same word right after it sees the landed word, whether
+    the store's merged word came back small, wide (Half + Step) or at a block's end; every
+    store and load at every position of a block (``shift`` leading nops)."""
+    base = [("addi", 0, 0, 0, 0)] * shift + li(8, memmap.RAM_BASE + 0x100) + li(9, 0x7FFF1234)
+    body = base
+    for off in (0, 4):
+        body += [("sw", 0, 8, 9, off), ("lw", 10, 8, 0, off),          # word, read back at once
+                 ("sb", 0, 8, 9, off + 1), ("lw", 11, 8, 0, off),      # wide merge, read back
+                 ("sb", 0, 8, 0, off + 2), ("sb", 0, 8, 0, off + 3),   # two merges in a row
+                 ("sh", 0, 8, 9, off + 2), ("lhu", 12, 8, 0, off + 2),
+                 ("sw", 0, 8, 0, off), ("sb", 0, 8, 9, off),           # small merge: 0x34
+                 ("lbu", 13, 8, 0, off), ("lw", 14, 8, 0, off)]
+    diffs, eng = compare(lambda: _machine(body, "exit", [0] * 31))
+    assert not diffs, "\n".join(diffs)
+
+
 def test_a_result_ending_a_block_that_fits_a_step_takes_a_lo_alone():
     """A result at word 7 of a block that a Step could carry (13 bits signed, or rd's upper
     19 bits kept) is written back by a Lo with no Half before it, then Jump; ref agrees.
