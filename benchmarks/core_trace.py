@@ -11,9 +11,11 @@ core.hdl). The programs are assembled here (``cpu.isa.encode``), so the trace fo
 whatever the current core.hdl emits; docs/cpu.md ("The core") shows this output.
 
 ``main`` touches every kind of step a program normally takes: a wide result (Half + Step), a
-result that keeps rd's upper bits (Step keep=1), a store and a load, a taken and a not-taken branch, a UART byte (Out), a wide
-result at the end of an 8-word block (Half + Lo + Jump), a small one there (Lo + Jump), a byte store into RAM (its merged word travels like a
-result; the store lands at the next step that is not a Half), a division (DivStep), and the exit (Half + End).
+result that keeps rd's upper bits (Step keep=1), a store and a load, a taken and a
+not-taken branch, a UART byte (Out), a wide result at the end of an 8-word block (Half + Lo
++ Jump), a small one there (Lo + Jump), a byte store into RAM (its merged word travels like
+a result; the store lands at the next step that is not a Half), a division (DivStep), and
+the exit (Half + End).
 ``fault`` ends in a misaligned load: Fault, then Half + End carry the address.
 """
 from __future__ import annotations
@@ -108,7 +110,7 @@ def trace_rows(program: list[tuple[str, int, int, int, int]], sizes: CoreSizes =
         writes = steps[-1].writes
         written = sorted({a for m, a, _ in writes if m in ("rhi", "rlo")})
         reg = ", ".join(f"{names[r]} = {regs[r]:#010x}" for r in written)
-        ram = _ram_text(writes, sizes)
+        ram = _ram_text(writes)
         state = ", ".join(n for n in STATE if any(w[0] == n for w in writes))
         rows.append([str(pos), f"`{format_token(circuit, tok)}`", insn, reg, ram, state])
     want = machine_of(program).run(10_000, trace=True)
@@ -120,7 +122,7 @@ def trace_rows(program: list[tuple[str, int, int, int, int]], sizes: CoreSizes =
     return rows, eng
 
 
-def _ram_text(writes: list[tuple[str, int, int]], sizes: CoreSizes) -> str:
+def _ram_text(writes: list[tuple[str, int, int]]) -> str:
     """The RAM word written at this step as ``[0x80008] = 0x00000002``."""
     return "".join(f"[{memmap.RAM_BASE + 4 * a:#x}] = 0x{d:08x}" for m, a, d in writes if m == "ramw")
 

@@ -1,6 +1,7 @@
 """The core's HDL source and sizes, and the elaborated circuit.
 
-Takes: :class:`CoreSizes` (the depths of code ROM, rodata ROM and RAM in words). Gives: :func:`load_core` → the elaborated :class:`hdl.ir.Circuit` (cached per sizes),
+Takes: :class:`CoreSizes` (the depths of code ROM, rodata ROM and RAM in words). Gives:
+:func:`load_core` → the elaborated :class:`hdl.ir.Circuit` (cached per sizes),
 :func:`core_hash` (a digest of every ``.hdl`` file the core is built from, for the compiled
 core cache), and :func:`op_codes` (the ``const`` numbers of ``ops.hdl``, so the loader
 pre-decodes with the core's own numbering).

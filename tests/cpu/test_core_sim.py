@@ -225,8 +225,9 @@ def test_every_ending(ending):
 @pytest.mark.parametrize("shift", range(8))
 def test_straight_line_uses_every_token_path(shift):
     """A long run without jumps, so every kind of instruction ends an 8-word block (wide
-    result: Half + Lo + Jump, small: Lo + Jump; no result: Jump; UART store: Out(go=0) + Jump; division at
-    the block's end), each placed at every position of a block by ``shift`` leading nops."""
+    result: Half + Lo + Jump, small: Lo + Jump; no result: Jump; UART store: Out(go=0) +
+    Jump; division at the block's end), each placed at every position of a block by
+    ``shift`` leading nops."""
     body = [("addi", 0, 0, 0, 0)] * shift + li(6, memmap.UART_TX) + li(7, 0x7FFF1234)
     for _ in range(3):
         body += [("lui", 9, 0, 0, 0xFEDCB), ("addi", 9, 9, 0, 5), ("xor", 10, 9, 7, 0),
@@ -244,8 +245,7 @@ def test_stores_land_late_and_reads_see_them(shift):
     store or a halfword store of the same word right after it sees the landed word, whether
     the store's merged word came back small, wide (Half + Step) or at a block's end; every
     store and load at every position of a block (``shift`` leading nops)."""
-    base = [("addi", 0, 0, 0, 0)] * shift + li(8, memmap.RAM_BASE + 0x100) + li(9, 0x7FFF1234)
-    body = base
+    body = [("addi", 0, 0, 0, 0)] * shift + li(8, memmap.RAM_BASE + 0x100) + li(9, 0x7FFF1234)
     for off in (0, 4):
         body += [("sw", 0, 8, 9, off), ("lw", 10, 8, 0, off),          # word, read back at once
                  ("sb", 0, 8, 9, off + 1), ("lw", 11, 8, 0, off),      # wide merge, read back
