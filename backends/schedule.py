@@ -151,6 +151,7 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
            byte_cells: bool) -> Program:
     """Lower with memory layers found by the fixed point (module docstring), at most
     ``budget`` key heads per layer (None: any)."""
+    height = _heights(mg)
     layer = {m: 0 for m in c.memories}
     for m in nx.topological_sort(mg):          # a first guess: one layer per dependency level
         for p in mg.predecessors(m):
@@ -171,7 +172,7 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
                     changed = True
         if changed:
             continue
-        new_last = allocate_banks(prog, budget)
+        new_last = allocate_banks(prog, budget, height)
         if new_last != {m: max(layer[m], last[m]) for m in c.memories}:
             last = new_last
             continue
@@ -206,13 +207,26 @@ def _balance(c: Circuit, target: Target, mg: nx.DiGraph, prog: Program,
     return best
 
 
-def allocate_banks(prog: Program, budget: int | None) -> dict[str, int]:
-    """Give every bank a (layer, key head): memories in order of first layer, each from its
-    first layer on, filling layers up to ``budget`` key heads. Returns each memory's last
-    layer."""
+def _heights(mg: nx.DiGraph) -> dict[str, int]:
+    """How many memory layers wait on each memory: 0 for one that no memory reads after it,
+    else 1 + the largest of the memories that depend on it."""
+    height: dict[str, int] = {}
+    for m in reversed(list(nx.topological_sort(mg))):
+        height[m] = max((height[s] + 1 for s in mg.successors(m)), default=0)
+    return height
+
+
+def allocate_banks(prog: Program, budget: int | None,
+                   height: dict[str, int] | None = None) -> dict[str, int]:
+    """Give every bank a (layer, key head): memories in order of first layer, and among
+    those of one first layer the ones most memories wait on (``height``) first, then the
+    smaller (a big memory spans layers anyway; a small one pushed down a layer delays all
+    that reads it), each from its first layer on, filling layers up to ``budget`` key heads.
+    Returns each memory's last layer."""
+    height = height or {}
     used: dict[int, int] = {}
     last = {}
-    for p in sorted(prog.mems.values(), key=lambda p: p.layer):
+    for p in sorted(prog.mems.values(), key=lambda p: (p.layer, -height.get(p.name, 0), p.kheads)):
         p.banks = []
         L = p.layer
         for _ in range(p.kheads):
