@@ -42,8 +42,9 @@ def _op_name(name: str) -> str:
     return "OP_" + name.upper().replace(".", "_")
 
 
-def predecode(word: int, pc: int) -> int:
-    """The pre-decoded code word (ops.hdl layout) for instruction ``word`` at byte ``pc``."""
+def predecode(word: int, pc: int) -> tuple[int, int]:
+    """The pre-decoded words ``(code, regs)`` (ops.hdl layout) for instruction ``word`` at
+    byte ``pc``."""
     ops = op_codes()
     d = isa.decode(word) if word else None
     use_imm = bad = 0
@@ -87,7 +88,7 @@ def predecode(word: int, pc: int) -> int:
             op = ops[_op_name(n)]
             imm = d.imm & M
     rs1, rs2 = rs1 or X0_READ, rs2 or X0_READ
-    return (op | use_imm << 6 | bad << 7 | rd << 8 | rs1 << 13 | rs2 << 19 | imm << 25)
+    return op | use_imm << 6 | bad << 7 | imm << 8, rd | rs1 << 5 | rs2 << 11
 
 
 def _words(mem: bytes) -> list[int]:
@@ -111,7 +112,8 @@ def image_of(machine: Machine, sizes: CoreSizes = FULL) -> CoreImage:
                   sizes.rodata_words, sizes)
     ram = bytes(mem[memmap.RAM_BASE:memmap.RAM_END])
     ram_words = _fit("RAM data", _words(ram), sizes.ram_words, sizes)
-    images = {"code": [predecode(w, 4 * i) for i, w in enumerate(code)],
+    decoded = [predecode(w, 4 * i) for i, w in enumerate(code)]
+    images = {"code": [c for c, _ in decoded], "regs": [r for _, r in decoded],
               "rawcode": code, "rodata": rodata,
               "rhi": [r >> 13 for r in machine.regs] + [0] * 32,
               "rlo": [r & 0x1FFF for r in machine.regs] + [0] * 32,
