@@ -528,8 +528,13 @@ class Lowerer:
         return self.sum_columns(cols)
 
     def eq_bits(self, a: Sequence[Form], b: Sequence[Form]) -> "Form | PendingBit":
-        """a == b: [sum 2^j (a_j - b_j) == 0] per byte, then their AND (left pending)."""
+        """a == b: [sum 2^j (a_j - b_j) == 0] per byte, then their AND (left pending); with
+        one side constant, the AND of the other's bits or their negations (left pending, so
+        it fuses with an AND it feeds: no stage of its own)."""
         W = len(a)
+        if all(x.is_const for x in b) or all(x.is_const for x in a):
+            v, k = (a, b) if all(x.is_const for x in b) else (b, a)
+            return self.sym("and", [x if c.c else self.negate(x) for x, c in zip(v, k)])
         is0 = lambda v: int(v == 0)
         parts = []
         for b0 in range(0, W, 8):

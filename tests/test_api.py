@@ -46,7 +46,7 @@ def test_readme_example_runs_as_written(tmp_path, hello_elf):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "['Count value=0', 'Count value=1', 'Count value=2', 'Count value=3']",
-        "2 64 37",
+        "2 64 33",
         "True",
         "examples/counter/counter.hdl:15 became 1 MLP neuron in layer 0, 1 lane, 0 GDN key heads:",
         "  add at 15:56, part of 'next.Count.value': 1 neuron (layer 0 row 0); 1 lane (dim 10)",
@@ -90,14 +90,14 @@ def test_load_source():
 def test_chip_figures_match_the_saved_checkpoint(counter_chip, tmp_path):
     chip = counter_chip
     assert (chip.target, chip.dtype, chip.layers, chip.hidden, chip.neurons, chip.key_heads) \
-        == ("compact", "bf16", 2, 64, 37, 0)
+        == ("compact", "bf16", 2, 64, 33, 0)
     unsaved_nonzero = chip.nonzero_weights
     path = chip.save(tmp_path / "counter")
     assert path == tmp_path / "counter" and chip.path == path
     import json
     saved = json.loads((path / "chip.json").read_text())
     assert saved["nonzero_weights"] == unsaved_nonzero == chip.nonzero_weights
-    assert [lay["neurons"] for lay in saved["layers"]] == [8, 29]
+    assert [lay["neurons"] for lay in saved["layers"]] == [4, 29]
     assert saved["shapes"]["hidden"] == chip.hidden and saved["lanes"]["count"] == chip.lanes
     weights = load_file(path / "model.safetensors")
     state = chip.state_dict()
@@ -117,7 +117,7 @@ def test_explain_both_ways(counter_chip):
     assert counter_chip.explain(layer=1).splitlines()[0] == (
         "layer 1 of 2 (circuit Counter, target compact): 29 MLP neurons, 0 GDN key heads")
     first = counter_chip.explain(source="counter.hdl:14").splitlines()[0]
-    assert first.endswith("counter.hdl:14 became 3 MLP neurons in layer 0, 1 lane, "
+    assert first.endswith("counter.hdl:14 became 1 MLP neuron in layer 0, 1 lane, "
                           "0 GDN key heads:")
 
 

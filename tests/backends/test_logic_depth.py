@@ -56,6 +56,8 @@ CASES = {
     "and32": ("let r = " + " && ".join(BITS) + " && !(a[0] ^ b[3]);", 2),
     "xor32": ("let r = " + " ^ ".join(BITS) + " ^ !(b[1] | b[2]);", 2),
     "bitwise_chain": ("let r = (a & b & ~c) | (c ^ d ^ a) | ~(b | d);", 2),
+    # a compare with a constant is an AND of literals: it fuses with the AND it feeds
+    "eq_const_and": ("let r = (a[19:2] == 18'h2A5C3) & (c == 32'h0FF0F00F) & b[7];", 1),
     "match32": (MATCH, 2),
     "ifelse31": (IFELSE, 2),
     "shl": ("let r = a << n;", 1),
