@@ -113,11 +113,12 @@ def measure_compile(sizes_name: str, target: str, dtype: str, workdir: str | Non
         row.update(chip_figures(json.loads((out / "chip.json").read_text())))
         row["checkpoint_bytes"] = sum(f.stat().st_size for f in out.iterdir())
         if keep_in_cache:
-            from cpu.rv32.engines import compiled_core_path
+            from cpu.rv32.engines import compiled_core_path, remove_stale_cores
             dest = compiled_core_path(SIZES[sizes_name], target, dtype)
             if not (dest / "chip.json").is_file():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(out), str(dest))
+                remove_stale_cores(SIZES[sizes_name], target, dtype)
     return row
 
 

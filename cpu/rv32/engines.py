@@ -190,12 +190,19 @@ def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str =
     if not (out / "chip.json").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress)
-        for old in stale_cores(sizes, target, dtype):
-            size = sum(f.stat().st_size for f in old.rglob("*") if f.is_file())
-            shutil.rmtree(old, ignore_errors=True)
-            print(f"removed the stale compiled core {old} ({size / 1e9:.1f} GB; compiled "
-                  "from another core source)", file=sys.stderr, flush=True)
+        remove_stale_cores(sizes, target, dtype)
     return out
+
+
+def remove_stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
+                       dtype: str = "bf16") -> None:
+    """Delete the stale entries (:func:`stale_cores`), each named on stderr with its size;
+    called once the current entry exists."""
+    for old in stale_cores(sizes, target, dtype):
+        size = sum(f.stat().st_size for f in old.rglob("*") if f.is_file())
+        shutil.rmtree(old, ignore_errors=True)
+        print(f"removed the stale compiled core {old} ({size / 1e9:.1f} GB; compiled "
+              "from another core source)", file=sys.stderr, flush=True)
 
 
 class HFCore(CoreEngine):
