@@ -532,9 +532,10 @@ class Lowerer:
         one side constant, the AND of the other's bits or their negations (left pending, so
         it fuses with an AND it feeds: no stage of its own)."""
         W = len(a)
-        if all(x.is_const for x in b) or all(x.is_const for x in a):
-            v, k = (a, b) if all(x.is_const for x in b) else (b, a)
-            return self.sym("and", [x if c.c else self.negate(x) for x, c in zip(v, k)])
+        if all(x.is_const for x in a):
+            a, b = b, a
+        if all(x.is_const for x in b):
+            return self.sym("and", [x if c.c else self.negate(x) for x, c in zip(a, b)])
         is0 = lambda v: int(v == 0)
         parts = []
         for b0 in range(0, W, 8):
