@@ -120,17 +120,27 @@ class Lowerer:
                 s = max(s, self.lanes[lane].slot)
         return s
 
-    def place(self, slot: int, n: int) -> int:
-        """The MLP layer for ``n`` neurons whose inputs are complete at ``slot``."""
+    def place(self, slot: int, n: int) -> list[tuple[int, int]]:
+        """The MLP layers for ``n`` neurons whose inputs are complete at ``slot``: [(layer,
+        count)]. One layer when the target's MLP can hold them all (the first with room);
+        an operation wider than the MLP is split over the room of successive layers, each
+        part summing into its own lanes (the value is their sum, ready after the last)."""
         layer = max(0, (slot + 1) // 2)
         cap = self.target.mlp_width
-        if cap is not None:
-            if n > cap:
-                raise LoweringError(f"{self.loc()}: one operation needs {n} neurons in a "
-                                    f"layer but the target's MLP has {cap}")
+        if cap is None:
+            return [(layer, n)]
+        if n <= cap:
             while len(self.mlp.get(layer, [])) + n > cap:
                 layer += 1
-        return layer
+            return [(layer, n)]
+        parts: list[tuple[int, int]] = []
+        while n:
+            k = min(n, cap - len(self.mlp.get(layer, [])))
+            if k > 0:
+                parts.append((layer, k))
+                n -= k
+            layer += 1
+        return parts
 
     def loc(self) -> str:
         return str(self.c.nodes[self.cur].loc) if self.cur >= 0 else "<chip>"
@@ -165,19 +175,29 @@ class Lowerer:
             if hi - c > MAX_SPAN or lo - c < MIN_PRE:
                 raise LoweringError(f"{self.loc()}: internal: pre-activation range "
                                     f"[{lo - c}, {hi - c}] outside [{MIN_PRE}, {MAX_SPAN}]")
-        layer = self.place(self.slot_of([T]), len(cuts))
-        lanes: dict[int, int] = {}
-        for i, cd in enumerate(coefs):
-            if out[i] is not None:
-                continue
-            vs = vals[i]
-            g = [v - vs[0] for v in vs]
-            lanes[i] = self.new_lane(2 * layer + 1, min(g), max(g))
-            out[i] = Form(vs[0], {lanes[i]: 1}, min(vs), max(vs))
-        neurons = self.mlp.setdefault(layer, [])
-        for c in cuts:
-            o = {lanes[i]: cd[c] for i, cd in enumerate(coefs) if c in cd and i in lanes}
-            neurons.append(Neuron(lin([(1, T)], -c), o, self.cur))
+        parts = self.place(self.slot_of([T]), len(cuts))
+        done = {i for i, o in enumerate(out) if o is not None}
+        first = 0
+        for layer, k in parts:
+            part = cuts[first:first + k]
+            first += k
+            lanes: dict[int, int] = {}
+            for i, cd in enumerate(coefs):
+                if i in done or not any(c in cd for c in part):
+                    continue
+                vs = vals[i]
+                # this part's share of f(T) - f(lo): sum of coef * relu(T - c) over its cuts
+                g = [v - vs[0] for v in vs] if len(parts) == 1 else \
+                    [sum(cd[c] * max(0, v - c) for c in part if c in cd) for v in range(lo, hi + 1)]
+                lanes[i] = self.new_lane(2 * layer + 1, min(g), max(g))
+                if out[i] is None:
+                    out[i] = Form(vs[0], {lanes[i]: 1}, min(vs), max(vs))
+                else:
+                    out[i] = Form(vs[0], {**out[i].t, lanes[i]: 1}, min(vs), max(vs))
+            neurons = self.mlp.setdefault(layer, [])
+            for c in part:
+                o = {lanes[i]: cd[c] for i, cd in enumerate(coefs) if c in cd and i in lanes}
+                neurons.append(Neuron(lin([(1, T)], -c), o, self.cur))
         return out  # type: ignore[return-value]
 
     def fn(self, T: Form, f: Callable[[int], int]) -> Form:
@@ -195,17 +215,23 @@ class Lowerer:
         for T, _ in live:
             if T.hi > MAX_SPAN or T.lo < MIN_PRE:
                 raise LoweringError(f"{self.loc()}: internal: pre-activation out of range")
-        layer = self.place(self.slot_of(T for T, _ in live), len(live))
-        if linear:          # the lane holds the result minus the linear part: bound it
-            llo = sum(min(k * max(0, T.lo), k * T.hi) for T, k in live)
-            lhi = sum(max(k * max(0, T.lo), k * T.hi) for T, k in live)
-        else:               # the lane holds the result itself, known to lie in [lo, hi]
-            llo, lhi = lo, hi
-        lane = self.new_lane(2 * layer + 1, llo, lhi)
-        neurons = self.mlp.setdefault(layer, [])
-        for T, k in live:
-            neurons.append(Neuron(T, {lane: k}, self.cur))
-        f = lin([(1, Form(0, {lane: 1}, llo, lhi))] + linear)
+        parts = self.place(self.slot_of(T for T, _ in live), len(live))
+        lanes: list[tuple[int, Form]] = []
+        first = 0
+        for layer, n in parts:
+            part = live[first:first + n]
+            first += n
+            if linear or len(parts) > 1:    # the lane holds a part of the sum: bound it
+                llo = sum(min(k * max(0, T.lo), k * T.hi) for T, k in part)
+                lhi = sum(max(k * max(0, T.lo), k * T.hi) for T, k in part)
+            else:               # the lane holds the result itself, known to lie in [lo, hi]
+                llo, lhi = lo, hi
+            lane = self.new_lane(2 * layer + 1, llo, lhi)
+            neurons = self.mlp.setdefault(layer, [])
+            for T, k in part:
+                neurons.append(Neuron(T, {lane: k}, self.cur))
+            lanes.append((1, Form(0, {lane: 1}, llo, lhi)))
+        f = lin(lanes + linear)
         f.lo, f.hi = lo, hi
         return f
 

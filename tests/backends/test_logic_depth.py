@@ -139,3 +139,23 @@ def test_byte_cells_are_refused_where_fp32_prefill_is_inexact(tmp_path):
     prove(p, choose_numerics(p), "bf16")
     with pytest.raises(ExactnessError, match="fp32 chunked prefill"):
         prove(p, choose_numerics(p), "fp32")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_an_operation_wider_than_the_mlp_is_split_over_layers(tmp_path, dtype):
+    """A 32-input XOR is one threshold function of 34 neurons; on a target whose MLP holds
+    24 it takes layer 1's room and the rest of it in layer 2 (two lanes summed), exact."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import circuits
+    src = circuit(CASES["xor32"][0])
+    wide = schedule(load_source(src), get_target(circuits.config_target(tmp_path / "w.json")))
+    assert {L: len(n) for L, n in wide.mlp.items()} == {0: 1, 1: 34}
+    spec = circuits.config_target(tmp_path / "n.json", inter=24)
+    narrow = schedule(load_source(src), get_target(spec))
+    assert {L: len(n) for L, n in narrow.mlp.items()} == {0: 1, 1: 24, 2: 10}
+    compile_to_dir(load_source(src), tmp_path / "chip", target=spec, dtype=dtype)
+    rep = check_dir(tmp_path / "chip", steps=20, batch=2, prefill=True,
+                    starts=[Token(0, (v,)) for v in (12345, 777)])
+    assert rep.ok, [str(m) for m in rep.mismatches]
