@@ -83,6 +83,18 @@ def thresholds(T: Form, f: Callable[[int], int]) -> tuple[int, dict[int, int]]:
     return vs[0], cd
 
 
+def _fusable(v: object) -> bool:
+    """A mux tree small enough to fuse into a mux on a pending select."""
+    return isinstance(v, MuxBit) and v.form is None and \
+        len(v.leaves) <= MUX_LEAVES // 2 and \
+        all(not isinstance(val, PendingBit) for _, val in v.leaves)
+
+
+def _tree(v: object) -> bool:
+    """A mux value that is a tree or function not yet materialised and cannot fuse."""
+    return isinstance(v, (PendingBit, MuxBit)) and v.form is None and not _fusable(v)
+
+
 class Lowerer:
     """Lowers one circuit with fixed memory layers; records needed layer bumps."""
 
@@ -396,7 +408,7 @@ class Lowerer:
         return out
 
     def mux_lazy(self, s: "Form | PendingBit", x: Form | MuxBit, y: Form | MuxBit,
-                 ns: "PendingBit | None" = None) -> Form | MuxBit:
+                 ns: "PendingBit | None" = None, trees_first: bool = False) -> Form | MuxBit:
         """s ? y : x as a MuxBit (fused with the trees of x and y while they stay small).
         A select that is still pending (a compare, an AND/OR; ``ns`` its negation) is fused
         too: a leaf (literals, bit v) becomes the leaf (literals + (v,), s), computed gated
@@ -405,7 +417,7 @@ class Lowerer:
                 and {x.c, y.c} == {0, 1}:          # s ? 1 : 0 is s itself, s ? 0 : 1 is !s
             return s if y.c else (ns if ns is not None else self.negate(s))
         if isinstance(s, PendingBit) and s.form is None and ns is not None:
-            return self.mux_pending(s, ns, x, y)
+            return self.mux_pending(s, ns, x, y, trees_first)
         s = self.mat(s)
         if s.is_const:
             return y if s.c else x
@@ -431,21 +443,23 @@ class Lowerer:
         return MuxBit(out, self.cur)
 
     def mux_pending(self, s: PendingBit, ns: PendingBit, x: Form | MuxBit,
-                    y: Form | MuxBit) -> Form | MuxBit:
+                    y: Form | MuxBit, trees_first: bool = False) -> Form | MuxBit:
         """:meth:`mux_lazy` for a pending select ``s`` (``ns`` = NOT s): every leaf value must
-        be a plain bit, else ``s`` is materialised."""
+        be a plain bit, else ``s`` is materialised, or with ``trees_first`` the values
+        (:meth:`trees_first`)."""
         if x is y:
             return x
+        trees = [v for v in (x, y) if _tree(v)]
+        if trees and not trees_first:        # a tree or function as a value: select it
+            return self.mux_lazy(self.mat(s), x, y)
         out = []
         for v, sel in ((x, ns), (y, s)):
-            if isinstance(v, PendingBit) and v.form is not None:
+            if _tree(v):                         # trees_first: materialise it
+                v = self.mat(v)
+            if isinstance(v, (PendingBit, MuxBit)) and v.form is not None:
                 v = v.form
-            if isinstance(v, MuxBit) and v.form is None and \
-                    len(v.leaves) <= MUX_LEAVES // 2 and \
-                    all(not isinstance(val, PendingBit) for _, val in v.leaves):
+            if _fusable(v):
                 out += [(lits + (val,), sel) for lits, val in v.leaves]
-            elif isinstance(v, (PendingBit, MuxBit)):   # a tree or function: select it
-                return self.mux_lazy(self.mat(s), x, y)
             elif v.is_const:
                 if v.c:
                     out.append(((), sel))
@@ -454,6 +468,24 @@ class Lowerer:
         if not out:
             return const(0)
         return MuxBit(out, self.cur)
+
+    def trees_first(self, s: PendingBit, xs: Sequence, ys: Sequence) -> bool:
+        """Whether the word ``s ? ys : xs`` (``s`` pending, some values mux trees or
+        functions not yet materialised) is ready a stage earlier when those values are
+        materialised and ``s`` stays pending (fused into the mux's stage) than when ``s`` is
+        materialised once and the values fused as gated leaves: the latest bit decides."""
+        stage = lambda q: 2 * ((q + 1) // 2) + 1       # output slot of a stage on inputs at q
+        ss = self.slot_of([s])
+        keep = mat = -1
+        for x, y in zip(xs, ys):
+            trees = [v for v in (x, y) if _tree(v)]
+            rest = self.slot_of([v for v in (x, y) if not _tree(v)])
+            if trees:
+                keep = max(keep, stage(max(stage(self.slot_of(trees)), ss, rest)))
+            else:
+                keep = max(keep, stage(max(ss, rest)))
+            mat = max(mat, stage(max(stage(ss), self.slot_of([x, y]))))
+        return keep < mat
 
     def mux(self, s: Form, x: Form, y: Form, H: Form | None = None) -> Form:
         """s ? y : x for bits; forced to 0 when the integer H >= 1."""
@@ -512,7 +544,8 @@ class Lowerer:
         elif op is Op.MUX:
             s = A[0][0]
             ns = self.negate(s) if isinstance(s, PendingBit) and s.form is None else None
-            r = [self.mux_lazy(s, x, y, ns) for x, y in zip(A[1], A[2])]
+            first = ns is not None and self.trees_first(s, A[1], A[2])
+            r = [self.mux_lazy(s, x, y, ns, first) for x, y in zip(A[1], A[2])]
         elif op is Op.MEM_READ:
             r = self.mem_read(n, A[0])
         elif op is Op.MEM_WRITE:

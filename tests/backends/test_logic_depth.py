@@ -159,3 +159,39 @@ def test_an_operation_wider_than_the_mlp_is_split_over_layers(tmp_path, dtype):
     rep = check_dir(tmp_path / "chip", steps=20, batch=2, prefill=True,
                     starts=[Token(0, (v,)) for v in (12345, 777)])
     assert rep.ok, [str(m) for m in rep.mismatches]
+
+
+BYPASS_SRC = """
+circuit B {
+    token T(x: u16);
+    start T(x: 1);
+    ram r: u8[4];
+    ram w: u2[1];
+    ram h: u8[1];
+    let x = tok.T.x;
+    let own = x[1] & !x[9];
+    let wb: u8 = x[0] ? zext(x[15:14], 8) : (own ? x[15:8] : h[0]);
+    let by = x[12] & (x[3:2] == w[0]);
+    let v: u8 = by ? wb : r[x[5:4]];
+    r[w[0]] <= wb;
+    w[0] <= x[3:2];
+    h[0] <= x[7:0];
+    next = T(x: {x[7:0] ^ v, x[15:8]});
+}
+"""
+
+
+def test_a_bypass_keeps_its_compare_pending_and_materialises_the_value(tmp_path):
+    """A register-file bypass: ``by ? wb : r[..]`` where ``by`` is a compare with a memory
+    read (pending) and ``wb`` a mux tree of earlier inputs. Materialising ``wb`` and fusing
+    the compare into the select's stage puts the select in layer 1's MLP, beside the read of
+    ``r`` (layer 1); materialising the compare first took one more layer (3 -> 4 in all)."""
+    c = load_source(BYPASS_SRC)
+    prog = schedule(c, get_target("compact"))
+    assert prog.n_layers == 3 and prog.mems["r"].layer == 1
+    lanes = {ln for f in prog.bits[c.names["v"]] for ln in getattr(f, "form", f).t}
+    assert {prog.lanes[ln].slot for ln in lanes} == {3}          # layer 1's MLP
+    compile_to_dir(load_source(BYPASS_SRC), tmp_path / "chip")
+    rep = check_dir(tmp_path / "chip", steps=40, batch=3,
+                    starts=[Token(0, (v,)) for v in (1, 0x5A3C, 0xF00F)])
+    assert rep.ok, [str(m) for m in rep.mismatches]
