@@ -43,7 +43,7 @@ class LoweringError(UserError):
 
 SHIFT_GROUP = 5      # amount bits per one-hot shift stage (2^5 = 32 sources per bit)
 BYTE_CELL_BANKS = 2   # a ROM taking more banks than this at 1 bit per cell uses byte cells
-MUX_LEAVES = 64      # materialise a mux tree beyond this many leaves per bit
+MUX_LEAVES = 128     # materialise a mux tree beyond this many leaves per bit
 MIN_PRE = -(1 << 14) # lowest pre-activation allowed (negative ones all give silu = -0.0)
 
 
@@ -68,6 +68,25 @@ class SymBit(PendingBit):
         super().__init__(lin([(1, x) for x in lits]), f, node)
         self.kind = kind
         self.lits = lits
+
+
+class ThresholdBit(PendingBit):
+    """[T >= theta], not yet materialised: an AND or OR of literals and one threshold
+    (:meth:`Lowerer.sym`), so a two-level AND/OR is one stage."""
+    __slots__ = ("theta",)
+
+    def __init__(self, T: Form, theta: int, node: int = -1):
+        super().__init__(T, lambda v, t=theta: int(v >= t), node)
+        self.theta = theta
+
+
+def as_threshold(x: object) -> tuple[Form, int] | None:
+    """(T, theta) with x = [T >= theta] for an unmaterialised AND/OR or threshold, else None."""
+    if isinstance(x, ThresholdBit) and x.form is None:
+        return x.T, x.theta
+    if isinstance(x, SymBit) and x.form is None and x.kind != "xor":
+        return x.T, (len(x.lits) if x.kind == "and" else 1)
+    return None
 
 
 def thresholds(T: Form, f: Callable[[int], int]) -> tuple[int, dict[int, int]]:
@@ -317,11 +336,22 @@ class Lowerer:
         """AND/OR/XOR (``kind``) of the bits ``xs``: an unmaterialised :class:`SymBit` that
         absorbs the literals of operands of the same kind (constants folded)."""
         lits: list[Form] = []
+        inner: list[PendingBit] = []
         for x in xs:
             if isinstance(x, SymBit) and x.kind == kind:
                 lits += x.lits
+            elif kind != "xor" and as_threshold(x) is not None:
+                inner.append(x)           # the other op, or a threshold: perhaps fused below
             else:
                 lits.append(self.mat(x))
+        if inner:
+            # one of them (the latest) fuses into this AND/OR, the others are materialised
+            inner.sort(key=lambda g: self.slot_of([g]))
+            lits += [self.mat(g) for g in inner[:-1]]
+            fused = self.fuse_threshold(kind, lits, inner[-1])
+            if fused is not None:
+                return fused
+            lits.append(self.mat(inner[-1]))
         absorb, neutral = {"and": (0, 1), "or": (1, 0), "xor": (None, 0)}[kind]
         flip = 0
         keep = []
@@ -343,6 +373,33 @@ class Lowerer:
             keep = [self.mat(head)] + keep[MAX_FANIN:]
         return SymBit(kind, keep, self.cur)
 
+    def fuse_threshold(self, kind: str, lits: list[Form], g: PendingBit
+                       ) -> "Form | PendingBit | None":
+        """AND/OR (``kind``) of the bits ``lits`` and the threshold g = [T >= theta] as one
+        threshold: AND is [K * sum(lits) + T >= K * n + theta] with K = max T - theta + 1 (one
+        literal 0 keeps it below), OR is [K * sum(lits) + T >= theta] with K = theta - min T
+        (one literal 1 lifts it over). None when a weight or the range does not fit a neuron."""
+        T, theta = as_threshold(g)  # type: ignore[misc]
+        absorb = 0 if kind == "and" else 1
+        keep = []
+        for x in lits:
+            if x.is_const:
+                if x.c == absorb:
+                    return const(absorb)
+                continue
+            keep.append(x)
+        if not keep:
+            return g
+        n = len(keep)
+        K = (T.hi - theta + 1) if kind == "and" else (theta - T.lo)
+        K = max(1, K)
+        F = lin([(K, x) for x in keep] + [(1, T)])
+        th = K * n + theta if kind == "and" else theta
+        if sig_bits(K) > 8 or any(sig_bits(w) > 8 for w in F.t.values()) or \
+                F.hi - (th - 1) > MAX_SPAN or F.lo - th < MIN_PRE or n + len(T.t) > MAX_FANIN:
+            return None
+        return ThresholdBit(F, th, self.cur)
+
     def negate(self, x: "Form | MuxBit | PendingBit") -> "Form | PendingBit":
         """NOT x, keeping AND/OR/XOR and pending functions unmaterialised."""
         if isinstance(x, SymBit) and x.form is None:
@@ -350,6 +407,8 @@ class Lowerer:
                 return self.sym("xor", x.lits + [const(1)])
             other = "or" if x.kind == "and" else "and"
             return SymBit(other, [lin([(-1, y)], 1) for y in x.lits], x.node)
+        if isinstance(x, ThresholdBit) and x.form is None:     # [T < theta] = [-T >= 1 - theta]
+            return ThresholdBit(lin([(-1, x.T)]), 1 - x.theta, x.node)
         if isinstance(x, PendingBit) and x.form is None:
             return PendingBit(x.T, lambda v, f=x.f: 1 - f(v), x.node)
         return lin([(-1, self.mat(x))], 1)
