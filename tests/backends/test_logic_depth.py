@@ -57,6 +57,9 @@ CASES = {
     "xor32": ("let r = " + " ^ ".join(BITS) + " ^ !(b[1] | b[2]);", 2),
     "bitwise_chain": ("let r = (a & b & ~c) | (c ^ d ^ a) | ~(b | d);", 2),
     # a compare with a constant is an AND of literals: it fuses with the AND it feeds
+    # an AND/OR of literals and one AND/OR is one threshold neuron
+    "or_of_and": ("let r = a[0] | !b[1] | (a[2] & c[3] & !d[4]);", 1),
+    "and_of_or": ("let r = (a[0] | b[1] | c[2]) & d[3] & !a[5];", 1),
     "eq_const_and": ("let r = (a[19:2] == 18'h2A5C3) & (c == 32'h0FF0F00F) & b[7];", 1),
     "match32": (MATCH, 2),
     "ifelse31": (IFELSE, 2),
