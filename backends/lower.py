@@ -102,11 +102,33 @@ def thresholds(T: Form, f: Callable[[int], int]) -> tuple[int, dict[int, int]]:
     return vs[0], cd
 
 
+def _is_and(v: object) -> bool:
+    return isinstance(v, SymBit) and v.kind == "and" and v.form is None
+
+
 def _fusable(v: object) -> bool:
-    """A mux tree small enough to fuse into a mux on a pending select."""
+    """A mux tree small enough to fuse into a mux on a pending select: its leaf values are
+    bits, or ANDs of literals (which join the leaf's literals)."""
     return isinstance(v, MuxBit) and v.form is None and \
         len(v.leaves) <= MUX_LEAVES // 2 and \
-        all(not isinstance(val, PendingBit) for _, val in v.leaves)
+        all(not isinstance(val, PendingBit) or _is_and(val) for _, val in v.leaves)
+
+
+def _plain_leaves(v: MuxBit) -> list:
+    """The leaves of a :func:`_fusable` tree as (literals, bit): an AND value's literals join
+    the leaf's, its value the constant 1."""
+    return [(lits + tuple(val.lits), const(1)) if _is_and(val) else (lits, val)
+            for lits, val in v.leaves]
+
+
+def _and_lits(sel: object, v: object) -> bool:
+    """``sel`` is a pending AND of literals and ``v`` a tree or function whose leaves can
+    take those literals (a mux tree small enough, or a pending bit)."""
+    if not (isinstance(sel, SymBit) and sel.kind == "and" and sel.form is None):
+        return False
+    if isinstance(v, MuxBit):
+        return v.form is None and len(v.leaves) <= MUX_LEAVES // 2
+    return isinstance(v, PendingBit) and v.form is None
 
 
 def _tree(v: object) -> bool:
@@ -508,17 +530,27 @@ class Lowerer:
         (:meth:`trees_first`)."""
         if x is y:
             return x
-        trees = [v for v in (x, y) if _tree(v)]
+        # a value under a select that is an AND of literals takes its literals into its
+        # leaves, whatever the value (a tree, a function): no select to compute
+        sides = [(v, sel) for v, sel in ((x, ns), (y, s)) if not _and_lits(sel, v)]
+        trees = [v for v, _ in sides if _tree(v)]
         if trees and not trees_first:        # a tree or function as a value: select it
             return self.mux_lazy(self.mat(s), x, y)
         out = []
         for v, sel in ((x, ns), (y, s)):
+            if _and_lits(sel, v):
+                if isinstance(v, MuxBit):
+                    out += [(lits + tuple(sel.lits), val) for lits, val in v.leaves]
+                else:
+                    out.append((tuple(sel.lits), v))
+                continue
             if _tree(v):                         # trees_first: materialise it
                 v = self.mat(v)
             if isinstance(v, (PendingBit, MuxBit)) and v.form is not None:
                 v = v.form
             if _fusable(v):
-                out += [(lits + (val,), sel) for lits, val in v.leaves]
+                out += [(lits + ((val,) if not val.is_const else ()), sel)
+                        for lits, val in _plain_leaves(v) if not (val.is_const and not val.c)]
             elif v.is_const:
                 if v.c:
                     out.append(((), sel))
@@ -535,10 +567,12 @@ class Lowerer:
         materialised once and the values fused as gated leaves: the latest bit decides."""
         stage = lambda q: 2 * ((q + 1) // 2) + 1       # output slot of a stage on inputs at q
         ss = self.slot_of([s])
+        ns = self.negate(s)
         keep = mat = -1
         for x, y in zip(xs, ys):
-            trees = [v for v in (x, y) if _tree(v)]
-            rest = self.slot_of([v for v in (x, y) if not _tree(v)])
+            # (a value under a select that is an AND of literals takes them into its leaves)
+            trees = [v for v, sel in ((x, ns), (y, s)) if _tree(v) and not _and_lits(sel, v)]
+            rest = self.slot_of([v for v in (x, y) if all(v is not t for t in trees)])
             if trees:
                 keep = max(keep, stage(max(stage(self.slot_of(trees)), ss, rest)))
             else:
@@ -655,11 +689,32 @@ class Lowerer:
         if all(x.is_const for x in b):
             return self.sym("and", [x if c.c else self.negate(x) for x, c in zip(a, b)])
         is0 = lambda v: int(v == 0)
+        same = lambda x, y: x is y or (x.c == y.c and x.t == y.t)
+        pairs = [(x, y) for x, y in zip(a, b) if not same(x, y)]
+        # bits whose one side is one bit s repeated (a sign extension): all equal s iff
+        # their other sides sum to n * s, one sum for all of them
         parts = []
+        for side in (0, 1):
+            common: dict[tuple, list[int]] = {}
+            for j, pr in enumerate(pairs):
+                if pr[side].t:
+                    common.setdefault((pr[side].c, tuple(sorted(pr[side].t.items()))), []).append(j)
+            for js in common.values():
+                if 2 <= len(js) <= MAX_SPAN and len({id(pairs[j]) for j in js}) == len(js):
+                    s_ = pairs[js[0]][side]
+                    parts.append(lin([(1, pairs[j][1 - side]) for j in js] + [(-len(js), s_)]))
+                    for j in js:
+                        pairs[j] = None  # type: ignore[call-overload]
+            pairs = [pr for pr in pairs if pr is not None]
+        a = [x for x, _ in pairs]
+        b = [y for _, y in pairs]
+        W = len(a)
         for b0 in range(0, W, 8):
             T = lin([(1 << (j - b0), a[j]) for j in range(b0, min(W, b0 + 8))] +
                     [(-(1 << (j - b0)), b[j]) for j in range(b0, min(W, b0 + 8))])
             parts.append(T)
+        if not parts:
+            return const(1)
         if len(parts) == 1:
             return self.pending(parts[0], is0)
         return self.sym("and", [self.fn(T, is0) for T in parts])

@@ -60,6 +60,16 @@ CASES = {
     # an AND/OR of literals and one AND/OR is one threshold neuron
     "or_of_and": ("let r = a[0] | !b[1] | (a[2] & c[3] & !d[4]);", 1),
     "and_of_or": ("let r = (a[0] | b[1] | c[2]) & d[3] & !a[5];", 1),
+    # "fits 13 bits signed": the bits equal to one repeated bit are one sum (n * s)
+    "sext_eq": ("let r = sext(a[12:0], 32) == a;", 1),
+    "sext_eq_or_keep": ("let r = (sext(a[12:0], 32) == a) | ((a[31:13] == b[31:13]) & !c[0]);", 2),
+    # a priority chain whose pending selects are ANDs (their literals join the leaves) or
+    # wait on later inputs than the values (the early values are materialised instead)
+    "pending_chain": ("let t = a[0] | (sext(b[12:0], 32) == b);\n    "
+                      "let k = (b[31:13] == c[31:13]) & !d[1];\n    var r: u32 = 0;\n    "
+                      "if d[2] { r = c; } else if t { if d[3] { r = a; } "
+                      "else if !d[4] & !a[9] { r = d; } else { r = b; } } "
+                      "else if k { r = d; } else { r = a; }", 2),
     "eq_const_and": ("let r = (a[19:2] == 18'h2A5C3) & (c == 32'h0FF0F00F) & b[7];", 1),
     "match32": (MATCH, 2),
     "ifelse31": (IFELSE, 2),
