@@ -680,32 +680,31 @@ class Lowerer:
         return self.sum_columns(cols)
 
     def eq_bits(self, a: Sequence[Form], b: Sequence[Form]) -> "Form | PendingBit":
-        """a == b: [sum 2^j (a_j - b_j) == 0] per byte, then their AND (left pending); with
-        one side constant, the AND of the other's bits or their negations (left pending, so
-        it fuses with an AND it feeds: no stage of its own)."""
+        """a == b: [sum 2^j (a_j - b_j) == 0] per byte, then their AND (left pending); bits
+        whose one side is the same bit s (a sign extension) are one test, [sum - n*s == 0];
+        with one side constant, the AND of the other's bits or their negations (left pending,
+        so it fuses with an AND it feeds: no stage of its own)."""
         W = len(a)
         if all(x.is_const for x in a):
             a, b = b, a
         if all(x.is_const for x in b):
             return self.sym("and", [x if c.c else self.negate(x) for x, c in zip(a, b)])
         is0 = lambda v: int(v == 0)
-        same = lambda x, y: x is y or (x.c == y.c and x.t == y.t)
-        pairs = [(x, y) for x, y in zip(a, b) if not same(x, y)]
-        # bits whose one side is one bit s repeated (a sign extension): all equal s iff
+        key = lambda x: (x.c, tuple(sorted(x.t.items())))
+        pairs = [(x, y) for x, y in zip(a, b) if key(x) != key(y)]
+        # bits whose one side is one bit s repeated (a sign extension): they all equal s iff
         # their other sides sum to n * s, one sum for all of them
         parts = []
         for side in (0, 1):
-            common: dict[tuple, list[int]] = {}
-            for j, pr in enumerate(pairs):
+            groups: dict[tuple, list[tuple[Form, Form]]] = {}
+            for pr in pairs:
                 if pr[side].t:
-                    common.setdefault((pr[side].c, tuple(sorted(pr[side].t.items()))), []).append(j)
-            for js in common.values():
-                if 2 <= len(js) <= MAX_SPAN and len({id(pairs[j]) for j in js}) == len(js):
-                    s_ = pairs[js[0]][side]
-                    parts.append(lin([(1, pairs[j][1 - side]) for j in js] + [(-len(js), s_)]))
-                    for j in js:
-                        pairs[j] = None  # type: ignore[call-overload]
-            pairs = [pr for pr in pairs if pr is not None]
+                    groups.setdefault(key(pr[side]), []).append(pr)
+            grouped = [g for g in groups.values() if 2 <= len(g) <= MAX_FANIN]
+            for g in grouped:
+                parts.append(lin([(1, pr[1 - side]) for pr in g] + [(-len(g), g[0][side])]))
+            done = {id(pr) for g in grouped for pr in g}
+            pairs = [pr for pr in pairs if id(pr) not in done]
         a = [x for x, _ in pairs]
         b = [y for _, y in pairs]
         W = len(a)
