@@ -136,6 +136,13 @@ def _tree(v: object) -> bool:
     return isinstance(v, (PendingBit, MuxBit)) and v.form is None and not _fusable(v)
 
 
+def _unabsorbed_trees(s: object, ns: object, x: object, y: object) -> list:
+    """The values of ``s ? y : x`` that are trees (:func:`_tree`) its pending select cannot
+    fuse: a value under a select that is an AND of literals takes them into its leaves,
+    whatever the value, so it is not one of them."""
+    return [v for v, sel in ((x, ns), (y, s)) if _tree(v) and not _and_lits(sel, v)]
+
+
 class Lowerer:
     """Lowers one circuit with fixed memory layers; records needed layer bumps."""
 
@@ -530,10 +537,7 @@ class Lowerer:
         (:meth:`trees_first`)."""
         if x is y:
             return x
-        # a value under a select that is an AND of literals takes its literals into its
-        # leaves, whatever the value (a tree, a function): no select to compute
-        sides = [(v, sel) for v, sel in ((x, ns), (y, s)) if not _and_lits(sel, v)]
-        trees = [v for v, _ in sides if _tree(v)]
+        trees = _unabsorbed_trees(s, ns, x, y)
         if trees and not trees_first:        # a tree or function as a value: select it
             return self.mux_lazy(self.mat(s), x, y)
         out = []
@@ -570,8 +574,7 @@ class Lowerer:
         ns = self.negate(s)
         keep = mat = -1
         for x, y in zip(xs, ys):
-            # (a value under a select that is an AND of literals takes them into its leaves)
-            trees = [v for v, sel in ((x, ns), (y, s)) if _tree(v) and not _and_lits(sel, v)]
+            trees = _unabsorbed_trees(s, ns, x, y)
             rest = self.slot_of([v for v in (x, y) if all(v is not t for t in trees)])
             if trees:
                 keep = max(keep, stage(max(stage(self.slot_of(trees)), ss, rest)))
