@@ -336,6 +336,8 @@ class Lowerer:
         bb = [lin([(-1, x)], 1) if sub else x for x in b]
         cin = 1 if sub else 0
         e = [const(1 if sub else -1)] + [lin([(1, a[j]), (1, bb[j])], -1) for j in range(W)]
+        if W > 7 and (all(x.hi <= 0 for x in e[1:W]) or all(x.lo >= 0 for x in e[1:W])):
+            return self.one_sided_add(a, bb, e)
         want = ([7] if W > 7 else []) + list(range(14, W))
         carries = self.prefix_pos(e, want) if want else {}
         out = []
@@ -350,6 +352,23 @@ class Lowerer:
             else:
                 out.append(self.pending(lin([(1, a[i]), (1, bb[i]), (1, carries[i])]),
                                         lambda v: v & 1))
+        return out
+
+    def one_sided_add(self, a: Sequence[Form], bb: Sequence[Form], e: Sequence[Form]
+                      ) -> list["Form | PendingBit"]:
+        """:meth:`add_bits` when no digit e_j (j >= 1) can generate a carry (one side a
+        constant 0, as in a negation ~x + 1) or none can kill one: the carry into bit i is
+        then [S_i >= 1] with S_i = e_1 + ... + e_i + [e_0 > 0], one sum, and bit i, the
+        parity of x_i = a_i + bb_i and that carry, is one function of M * x_i + S_i
+        (M > the range of S_i): every bit one stage."""
+        c0 = int(e[0].c > 0)
+        out = []
+        for i in range(len(a)):
+            S = lin([(1, x) for x in e[1:i + 1]], c0)
+            x = lin([(1, a[i]), (1, bb[i])])
+            M = S.hi - S.lo + 1
+            T = lin([(M, x), (1, S)], -S.lo)
+            out.append(self.pending(T, lambda v, M=M, lo=S.lo: (v // M + (v % M + lo >= 1)) & 1))
         return out
 
     def pending(self, T: Form, f: Callable[[int], int]) -> "Form | PendingBit":
@@ -367,6 +386,10 @@ class Lowerer:
         lits: list[Form] = []
         inner: list[PendingBit] = []
         for x in xs:
+            if kind == "and" and isinstance(x, MuxBit) and x.form is None and len(x.leaves) == 1:
+                # a one-leaf tree is the AND of its literals and its value
+                (leaf, x), = x.leaves
+                lits += leaf
             if isinstance(x, SymBit) and x.kind == kind:
                 lits += x.lits
             elif kind != "xor" and as_threshold(x) is not None:
@@ -597,7 +620,7 @@ class Lowerer:
     def lower_node(self, n: Node) -> None:
         op = n.op
         A = [self.bits[a] for a in n.args if a in self.bits]
-        if op not in (Op.MUX, Op.SLICE, Op.CONCAT, Op.AND, Op.OR, Op.XOR, Op.NOT):
+        if op not in (Op.MUX, Op.SLICE, Op.CONCAT, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.MUL):
             A = [[self.mat(x) for x in bits] for bits in A]
         W = n.width
         if op is Op.CONST:
@@ -771,15 +794,16 @@ class Lowerer:
             cur = nxt
         return cur
 
-    def mul_bits(self, a: Sequence[Form], b: Sequence[Form]) -> list[Form]:
+    def mul_bits(self, a: Sequence[object], b: Sequence[object]) -> list[Form]:
         """Low W bits of a*b: partial-product ANDs (one stage), column compression
-        (:meth:`compress`), then one adder."""
+        (:meth:`compress`), then one adder. An operand bit still pending (a sign extension
+        chosen by a select is an AND) joins each of its partial products' ANDs
+        (:meth:`sym`), so it costs no stage of its own."""
         W = len(a)
-        AND = lambda v: int(v >= 2)
         cols: list[list[Form]] = [[] for _ in range(W)]
         for j in range(W):
             for i in range(W - j):
-                p = self.fn(lin([(1, a[i]), (1, b[j])]), AND)
+                p = self.mat(self.sym("and", (a[i], b[j])))
                 if not (p.is_const and p.c == 0):
                     cols[i + j].append(p)
         return self.sum_columns(cols)

@@ -82,6 +82,16 @@ CASES = {
     "add_sub": ("let r = a + b - c;", 4),
     "mulhu": ("let p = zext(a, 64) * zext(b, 64);\n    let r = p[63:32];", 6),
     "mulh": ("let p = sext(signed(a), 64) * sext(signed(b), 64);\n    let r = unsigned(p[63:32]);", 6),
+    # operands sign- or zero-extended by a select (the core's multiplier): the extension
+    # bits are ANDs that join the partial products' ANDs, no stage of their own
+    "mul_ext_by_select": ("let sa = x[0] | x[1];\n    let sb = x[0] & !x[2];\n    "
+                          "let wa: u64 = sa ? sext(a, 64) : zext(a, 64);\n    "
+                          "let wb: u64 = sb ? sext(b, 64) : zext(b, 64);\n    "
+                          "let p = wa * wb;\n    let r = x[3] ? p[31:0] : p[63:32];", 6),
+    # a negation's carries never come from a generate: each is one threshold, each bit one
+    # stage (an absolute value too: the select fuses)
+    "abs": ("let r = (x[0] & a[31]) ? -a : a;", 1),
+    "neg_wide": ("let p = -zext(a, 64);\n    let r = p[63:32] ^ p[31:0];", 2),
 }
 
 
