@@ -175,8 +175,8 @@ CIRCUIT = Obj({
 
 MEMORY = Obj({"kind": OneOf(("rom", "ram")), "width": NAT, "depth": NAT, "layer": NAT,
               "rows_per_bank": NAT, "rowblocks": NAT, "slices": NAT, "pack": NAT,
-              "banks": ListOf(Tup((NAT, NAT))), "read_ports": NAT},
-             optional=frozenset({"last_layer", "key_heads", "write_ports"}))
+              "banks": ListOf(Tup((NAT, NAT))), "read_ports": NAT, "pair": BOOL},
+             optional=frozenset({"last_layer", "key_heads", "write_ports", "pair"}))
 
 MARGIN = Obj({"cell_bits": NAT, "cell_max": NAT, "margin_bits": INT})
 

@@ -287,15 +287,17 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
                         a = rb * p.rows + i
                         if a >= nrows:
                             break
-                        if port is not None:
-                            f = addr_match(port.addr[p.pack:], a)
-                            if f is not None:
-                                qkv.form(kh * dk + i, f, KQ)
-                        if wr is not None:
-                            f = addr_match(wr.addr, a, [wr.en])
-                            if f is not None:
-                                qkv.form(kd + kh * dk + i, f, KQ)
-                    if t.two_hot and port is not None:
+                        for r, w in p.key_rows(i):
+                            if port is not None:
+                                f = addr_match(port.addr[p.pack:], a)
+                                if f is not None:
+                                    qkv.form(kh * dk + r, f, KQ)
+                            wa = a if w < 0 else 2 * a + w      # the address row r holds
+                            if wr is not None and wa < p.depth:
+                                f = addr_match(wr.addr, wa, [wr.en])
+                                if f is not None:
+                                    qkv.form(kd + kh * dk + r, f, KQ)
+                    if t.two_hot and port is not None and not p.pair:
                         qkv.w[kh * dk + dk - 1, 0] += KQ / 2.0 ** num.cb
                     for v in range(g):
                         vh = kh * g + v
@@ -308,11 +310,13 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
                             if col is None:
                                 break
                             wi, ci, b0, nb = col
-                            if wr is not None:
-                                cell = lin([(1 << i, wr.data[b0 + i]) for i in range(nb)])
+                            if wr is not None:      # a paired RAM's word wi: its gated copy
+                                d0 = wi * p.width if p.pair else 0
+                                cell = lin([(1 << i, wr.data[d0 + b0 + i]) for i in range(nb)])
                                 qkv.form(col0 + num.n_bv + j, cell, VS)
-                            if port is not None:
-                                out[num.n_b + prog.dim(port.lanes[ci]), vh * dv + num.n_bv + j] = wout
+                            if port is not None:    # (a paired read sums two rows' ballast)
+                                out[num.n_b + prog.dim(port.lanes[ci]), vh * dv + num.n_bv + j] = \
+                                    2 * wout if p.pair else wout
                                 if p.pack:      # z gate: this column's word is selected
                                     sel = addr_match(port.addr[:p.pack], wi)
                                     zrow = vh * dv + num.n_bv + j
@@ -437,14 +441,17 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
                 layer, kh = p.bank(pi, rb, sl)
                 for v in range(g):
                     st = torch.zeros(t.d_k, dv, dtype=torch.float32)
-                    st[:hi - lo, :num.n_bv] = BV
+                    # a paired read sums two rows: every row holds the ballast, always
+                    st[:t.d_k if p.pair else hi - lo, :num.n_bv] = BV
                     for j in range(dv - num.n_bv):
                         col = cell_column(sl * t.cols_per_bank + v * (dv - num.n_bv) + j,
                                           p.width, p.cell, p.pack)
                         if col is None:
                             break
                         wi, _, b0, nb = col
-                        st[:hi - lo, num.n_bv + j] = ((ws[:, wi] >> b0) & ((1 << nb) - 1)).float() * VS
+                        r0 = wi * p.rows if p.pair else 0
+                        st[r0:r0 + hi - lo, num.n_bv + j] = \
+                            ((ws[:, wi] >> b0) & ((1 << nb) - 1)).float() * VS
                     out[(layer, kh * g + v)] = st
     return out
 
@@ -480,6 +487,7 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "memories": {p.name: {"kind": p.kind, "width": p.width, "depth": p.depth,
                               "layer": p.layer, "last_layer": p.last, "rows_per_bank": p.rows,
                               "rowblocks": p.rowblocks, "slices": p.slices, "pack": p.pack,
+                              "pair": p.pair,
                               "cell_bits": p.cell,
                               "banks": [list(b) for b in p.banks], "key_heads": p.kheads,
                               "read_ports": len(p.reads), "write_ports": len(p.writes)}

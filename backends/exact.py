@@ -183,8 +183,12 @@ def prove(prog: Program, num, dtype: str) -> Proof:
         fail(-1, "the pre-norm mean square is below 16 (eps would show)")
     t = prog.target
     eps = t.rms_eps
+    read_ms = Fraction(num.n_bv * 4 ** num.b_v, t.d_v)
+    paired = any(p.pair for p in prog.mems.values())
     for what, ms in (("residual pre-norm", Fraction(num.n_b * 4 ** num.b_res, num.hidden)),
-                     ("memory read norm", Fraction(num.n_bv * 4 ** num.b_v, t.d_v))):
+                     ("memory read norm", read_ms),
+                     # a paired RAM's read sums two rows: twice the ballast
+                     *([("paired memory read norm", 4 * read_ms)] if paired else [])):
         if not norm_is_exact(ms, eps):
             fail(-1, f"rms_norm_eps {eps!r} is too large: the {what} computes "
                      f"rsqrt({ms} + eps) in fp32, which is not exactly 1/sqrt({ms}) "

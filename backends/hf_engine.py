@@ -93,12 +93,14 @@ class HFEngine:
 
     # ---- state ---------------------------------------------------------------------------
     def _rom_states(self) -> dict[int, dict[int, torch.Tensor]]:
-        """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image."""
+        """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image, and
+        every paired RAM (its rows hold the ballast from the start)."""
         from backends.emit import rom_state
         prog = _ProgView(self.chip)
         out: dict[int, dict[int, torch.Tensor]] = {}
-        for name, words in self.roms.items():
-            if name in self.chip["memories"] and any(words):
+        for name, m in self.chip["memories"].items():
+            words = self.roms.get(name, [])
+            if any(words) or m.get("pair"):
                 for (layer, vh), st in rom_state(prog, _NumView(self.num), name, words).items():
                     out.setdefault(layer, {})[vh] = st
         return out
@@ -193,13 +195,14 @@ class HFEngine:
                     layer, kh = m["banks"][rb * m["slices"] + sl]
                     state = cache.layers[layer].recurrent_states[0][row]
                     for v in range(g):
-                        cells = state[kh * g + v, :hi - lo, nbv:].double() / vs
+                        cells = state[kh * g + v, :, nbv:].double() / vs
                         for j in range(dv - nbv):
                             col = cell_column(sl * cols + v * (dv - nbv) + j, W, cb, m["pack"])
                             if col is None:
                                 break
                             wi, _, b0, nb = col
-                            c = cells[:, j]
+                            r0 = wi * R if m.get("pair") else 0     # a paired RAM's word wi
+                            c = cells[r0:r0 + hi - lo, j]
                             ci = c.round()
                             bad[lo:hi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))
                             words[lo:hi, wi] |= ci.clamp(0, (1 << nb) - 1).long() << b0
@@ -231,6 +234,7 @@ class _MemView:
         self.width, self.depth, self.rows = m["width"], m["depth"], m["rows_per_bank"]
         self.rowblocks, self.slices, self.pack = m["rowblocks"], m["slices"], m["pack"]
         self.cell = m.get("cell_bits", 1)
+        self.pair = m.get("pair", False)
         self.banks = [tuple(b) for b in m["banks"]]
         self.ports = max(1, m["read_ports"])
 

@@ -143,6 +143,16 @@ def _unabsorbed_trees(s: object, ns: object, x: object, y: object) -> list:
     return [v for v, sel in ((x, ns), (y, s)) if _tree(v) and not _and_lits(sel, v)]
 
 
+def _unmaterialised(x: object) -> object:
+    """``x`` as a tree or pending function a select can fuse: a copy without its Form when
+    it was materialised for another reader (its neurons are then made again, gated)."""
+    if isinstance(x, MuxBit) and x.form is not None and len(x.leaves) <= MUX_LEAVES // 2:
+        return MuxBit(x.leaves, x.node)
+    if isinstance(x, PendingBit) and x.form is not None:
+        return PendingBit(x.T, x.f, x.node)
+    return x
+
+
 class Lowerer:
     """Lowers one circuit with fixed memory layers; records needed layer bumps."""
 
@@ -620,7 +630,8 @@ class Lowerer:
     def lower_node(self, n: Node) -> None:
         op = n.op
         A = [self.bits[a] for a in n.args if a in self.bits]
-        if op not in (Op.MUX, Op.SLICE, Op.CONCAT, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.MUL):
+        if op not in (Op.MUX, Op.SLICE, Op.CONCAT, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.MUL,
+                      Op.MEM_WRITE):
             A = [[self.mat(x) for x in bits] for bits in A]
         W = n.width
         if op is Op.CONST:
@@ -871,17 +882,20 @@ class Lowerer:
             rows = t.rows_per_bank
             has_write = any(n.op is Op.MEM_WRITE and n.param == name for n in self.c.nodes)
 
-            def layout(cell: int) -> MemPlan:
+            def layout(cell: int, pair: bool = False) -> MemPlan:
                 cw = -(-m.width // cell)
-                pack = 0
+                pack = int(pair)
                 if not has_write:   # ROM: pack words into a row while they fit one bank
                     while (2 << pack) * cw <= t.cols_per_bank and (1 << pack) < m.depth:
                         pack += 1
                 nrows = -(-m.depth // (1 << pack))
+                r = t.d_k // 2 if pair else rows
                 return MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
-                               self.mem_last[name], rows, -(-nrows // rows),
-                               -(-(cw << pack) // t.cols_per_bank), pack, cell)
+                               self.mem_last[name], r, -(-nrows // r),
+                               -(-(cw << pack) // t.cols_per_bank), pack, cell, pair)
             p = layout(1)
+            if has_write and t.two_hot and layout(1, True).kheads < p.kheads:
+                p = layout(1, True)     # d_k words per bank instead of d_k - 1
             if not has_write and self.byte_cells and p.kheads > BYTE_CELL_BANKS and m.width > 1:
                 q = layout(8)
                 unpack = 255 * q.cells          # neurons one read's unpacking takes
@@ -914,8 +928,17 @@ class Lowerer:
                             [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
         return out
 
-    def mem_write(self, n: Node, addr: list[Form], data: list[Form], en: Form) -> None:
+    def mem_write(self, n: Node, addr: list, data: list, en: object) -> None:
+        """The memory's write port; a paired RAM's data is two copies gated by the address's
+        low bit (:class:`MemPlan`), each a select that fuses with the data's own last stage."""
         p = self.plan(n.param)
+        addr, en = [self.mat(x) for x in addr], self.mat(en)
+        if p.pair:      # (a tree materialised for another reader is fused again here)
+            zero = const(0)
+            data = [_unmaterialised(x) for x in data]
+            data = [self.mux_lazy(addr[0], x, zero) for x in data] + \
+                   [self.mux_lazy(addr[0], zero, x) for x in data]
+        data = [self.mat(x) for x in data]
         if p.writes:
             raise LoweringError(
                 f"{n.loc}: memory '{n.param}' has a second write port (the first is at "

@@ -173,9 +173,16 @@ class MemPlan:
     layers ``layer .. last``: reads complete after ``last``; writes need their inputs before
     ``layer``.
 
+    ``pair`` (a RAM on a two-hot target): logical row i of a bank is the two key rows i and
+    i + rows, holding its words 0 and 1 (pack = 1, the word is the address's low bit) in
+    their own columns; a query reads both rows (its two hot entries), the z gate picks the
+    word, and a write's data comes as two gated copies (``WritePort.data``: word 0's bits,
+    then word 1's, each zero unless the address's low bit selects it). So a bank holds
+    d_k words instead of d_k - 1 without a reserved row.
+
     Invariants: ``len(banks) == kheads`` once placed; ``layer <= L <= last`` for every bank
     layer L; ``rows * rowblocks * 2**pack >= depth``; ``cell`` is 1 or 8 (8 only for ROMs); at
-    most one write port, and none when ``pack`` > 0."""
+    most one write port, and none when ``pack`` > 0 unless ``pair``."""
     name: str
     kind: MemKind
     width: int
@@ -187,6 +194,7 @@ class MemPlan:
     slices: int
     pack: int = 0        # ROMs: 2**pack words per row, selected per column by the z gate
     cell: int = 1        # bits per state cell (value column): 1, or 8 for byte-cell ROMs
+    pair: bool = False   # RAMs on two-hot targets: two key rows per logical row (above)
     banks: list[tuple[int, int]] = field(default_factory=list)
     reads: list[ReadPort] = field(default_factory=list)
     writes: list[WritePort] = field(default_factory=list)
@@ -212,6 +220,11 @@ class MemPlan:
     def cells(self) -> int:
         """Cells (value columns) one word takes."""
         return -(-self.width // self.cell)
+
+    def key_rows(self, i: int) -> list[tuple[int, int]]:
+        """(key row, word) of logical row ``i`` of a bank: one row holding its 2^pack words,
+        or with ``pair`` rows i and i + rows holding words 0 and 1."""
+        return [(i, 0), (i + self.rows, 1)] if self.pair else [(i, -1)]
 
     def column(self, rc: int) -> tuple[int, int, int, int] | None:
         """:func:`cell_column` of this memory."""
