@@ -66,7 +66,8 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
 }
 
 #: the core's own state memories (core.hdl), listed by name when a step writes them
-#: (``prevkind``, written at every step, and ``pst``, at every executing step, are left out)
+#: (``prevkind`` and ``prevcl``, written at every step, and ``pst``, at every executing step,
+#: are left out)
 STATE = ("pcr", "prevrd", "link", "hireg", "pend", "dua", "dub", "dctl", "qs", "dval")
 
 

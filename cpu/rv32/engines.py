@@ -28,7 +28,7 @@ from cpu import memmap
 from cpu.emulator import Retire, RunResult
 from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
 from cpu.rv32.loader import CoreImage, load_program
-from cpu.rv32.protocol import FAULT, FIX, JUMP, TraceReader, executes
+from cpu.rv32.protocol import FAULT, FIX, HALF, JUMP, TraceReader, executes
 from hdl.ir import Token
 
 _WIDTH = {0: 1, 1: 2, 2: 4, 4: 1, 5: 2}
@@ -89,7 +89,8 @@ class SimCore(CoreEngine):
         names = self.circuit.names
         self._ids = {n: names[n] for n in ("rd", "result", "npc", "d.is_jump", "d.is_load",
                                            "d.is_store", "d.op", "lsu.addr", "ld.raw", "rs2v",
-                                           "lsu.uart", "dres")}
+                                           "lsu.uart", "dres", "after_cload", "cld.y",
+                                           "cld.raw")}
         self.wb_mismatches: list[str] = []
         self._pending: Retire | None = None       # the record whose register write is due
 
@@ -112,6 +113,14 @@ class SimCore(CoreEngine):
             # a division's result is known at its Fix token: complete its record
             self._pending = self._pending._replace(rd_value=res.values[self._ids["dres"]])
             trace[-1] = self._pending
+        if tok.kind == HALF and res.values[self._ids["after_cload"]]:
+            # a load from code ROM reads its word at the step after it: complete its record
+            rec = trace[-1]
+            rec = rec._replace(mem_data=res.values[self._ids["cld.raw"]],
+                               rd_value=res.values[self._ids["cld.y"]] if rec.rd else None)
+            trace[-1] = rec
+            if self._pending is not None:
+                self._pending = rec
         if executes(tok):
             if self._pending is not None:
                 self.wb_mismatches.append(f"token {self.reader.tokens}: no write for {self._pending}")

@@ -6,7 +6,8 @@ The default run uses the TINY core (cpu/rv32/build.py: the same circuit with 2 K
 512 B rodata and a 512 B RAM ring) on the compact target, compiled once into the core cache
 (``$DELTACHIP_CACHE/cores``); the program is hand-assembled to touch every unit: ALU, shifts,
 Zba, multiply, a multi-token division, loads and stores of every width, the UART, taken and
-not-taken branches, jal/jalr, results that need a Half, and the exit ecall.
+not-taken branches, jal/jalr, results that need a Half, loads from code ROM, and the exit
+ecall.
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ PROGRAM = [
     ("lhu", 9, 5, 0, 8),
     ("lb", 18, 5, 0, 13),
     ("lw", 19, 5, 0, 8),
+    ("lw", 12, 0, 0, 4),                  # loads from code ROM (two tokens more each)
+    ("lh", 13, 0, 0, 14),
+    ("lbu", 14, 0, 0, 9),
     ("div", 20, 31, 28, 0),               # multi-token division, negative
     ("remu", 21, 31, 7, 0),
     ("srai", 22, 31, 0, 7),
@@ -50,6 +54,9 @@ PROGRAM = [
     ("jalr", 0, 11, 0, 8),
     ("addi", 10, 0, 0, 2),                # skipped
     ("xor", 10, 19, 20, 0),
+    ("add", 10, 10, 12, 0),
+    ("xor", 10, 10, 13, 0),
+    ("sub", 10, 10, 14, 0),
     ("addi", 17, 0, 0, 93),
     ("ecall", 0, 0, 0, 0),
 ]

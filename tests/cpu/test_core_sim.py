@@ -257,6 +257,23 @@ def test_stores_land_late_and_reads_see_them(shift):
     assert not diffs, "\n".join(diffs)
 
 
+@pytest.mark.parametrize("shift", range(8))
+def test_loads_from_code_rom(shift):
+    """A load from code ROM finishes at the next step, which reads `rawcode` at the index
+    its Half carries (core.hdl): every width and sign, right after a store (which lands at
+    the load's step) and before loads of the stored word, small and wide values, at every
+    position of a block (``shift`` leading nops)."""
+    body = [("addi", 0, 0, 0, 0)] * shift + li(8, memmap.RAM_BASE + 0x40) + li(9, 0x87654321)
+    for off in (0, 4, 8):
+        body += [("sw", 0, 8, 9, off), ("lw", 10, 0, 0, off), ("lh", 11, 0, 0, off + 2),
+                 ("lbu", 12, 0, 0, off + 3), ("lb", 13, 0, 0, off + 1), ("lhu", 14, 0, 0, 6),
+                 ("lw", 15, 8, 0, off), ("sb", 0, 8, 10, off + 1), ("lw", 16, 8, 0, off),
+                 ("add", 17, 10, 16, 0)]
+    diffs, eng = compare(lambda: _machine(body, "exit", [0] * 31))
+    assert not diffs, "\n".join(diffs)
+    assert eng.reader.exit_code == -123
+
+
 def test_a_result_ending_a_block_that_fits_a_step_takes_a_lo_alone():
     """A result at word 7 of a block that a Step could carry (13 bits signed, or rd's upper
     19 bits kept) is written back by a Lo with no Half before it, then Jump; ref agrees.
