@@ -47,7 +47,7 @@ def predecode(word: int, pc: int) -> tuple[int, int]:
     byte ``pc``."""
     ops = op_codes()
     d = isa.decode(word) if word else None
-    use_imm = bad = 0
+    use_imm = bad = msa = msb = 0
     rd = rs1 = rs2 = imm = 0
     if d is None:
         op = ops["OP_ILLEGAL"]
@@ -87,8 +87,10 @@ def predecode(word: int, pc: int) -> tuple[int, int]:
         else:                                   # R, LOAD, S
             op = ops[_op_name(n)]
             imm = d.imm & M
+            msa, msb = int(n in ("mulh", "mulhsu")), int(n == "mulh")
     rs1, rs2 = rs1 or X0_READ, rs2 or X0_READ
-    return op | use_imm << 6 | bad << 7 | imm << 8, rd | rs1 << 5 | rs2 << 11
+    return (op | use_imm << 6 | bad << 7 | imm << 8,
+            rd | rs1 << 5 | rs2 << 11 | msa << 17 | msb << 18)
 
 
 def _words(mem: bytes) -> list[int]:
