@@ -143,6 +143,29 @@ def _unabsorbed_trees(s: object, ns: object, x: object, y: object) -> list:
     return [v for v, sel in ((x, ns), (y, s)) if _tree(v) and not _and_lits(sel, v)]
 
 
+def _bit_key(x: object) -> tuple:
+    """A key equal for bits that are the same: a Form's terms, a mux tree's leaves, a
+    pending function's identity."""
+    if isinstance(x, (MuxBit, PendingBit)) and x.form is not None:
+        x = x.form
+    if isinstance(x, Form):
+        return ("form", x.c, tuple(sorted(x.t.items())))
+    if isinstance(x, MuxBit):
+        return ("tree", tuple((tuple(_bit_key(l) for l in lits), _bit_key(v))
+                              for lits, v in x.leaves))
+    return ("pending", id(x))
+
+
+def _extension(v: Sequence[object]) -> object | None:
+    """The bit that the upper half of ``v`` repeats (a sign or zero extension of its lower
+    half: :meth:`Lowerer.mul_bits`), or None."""
+    h = len(v) // 2
+    if len(v) % 2 or h < 4:
+        return None
+    k = _bit_key(v[h])
+    return v[h] if all(_bit_key(x) == k for x in v[h + 1:]) else None
+
+
 def _unmaterialised(x: object) -> object:
     """``x`` as a tree or pending function a select can fuse: a copy without its Form when
     it was materialised for another reader (its neurons are then made again, gated)."""
@@ -812,8 +835,21 @@ class Lowerer:
         (:meth:`sym`), so it costs no stage of its own."""
         W = len(a)
         cols: list[list[Form]] = [[] for _ in range(W)]
-        for j in range(W):
-            for i in range(W - j):
+        h = W // 2
+        ea, eb = _extension(a), _extension(b)
+        if ea is not None and eb is not None:
+            # both operands sign- (or zero-) extend their lower halves: x = x_lo - e_x 2^h
+            # (mod 2^W), so a*b = a_lo*b_lo - 2^h (e_a b_lo + e_b a_lo): h*h partial products
+            # and two rows whose negation is their complement plus 1 (W*W/2 products before)
+            for e, v in ((ea, b), (eb, a)):
+                if isinstance(e, Form) and e.is_const and e.c == 0:
+                    continue
+                for j in range(h):
+                    cols[h + j].append(lin([(-1, self.mat(self.sym("and", (e, v[j]))))], 1))
+                cols[h].append(const(1))
+            a, b = a[:h], b[:h]
+        for j in range(len(b)):
+            for i in range(min(len(a), W - j)):
                 p = self.mat(self.sym("and", (a[i], b[j])))
                 if not (p.is_const and p.c == 0):
                     cols[i + j].append(p)
