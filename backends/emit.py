@@ -41,7 +41,7 @@ from backends.checkpoint import FORMAT, FORMAT_VERSION
 from backends.chipfile import circuit_to_json
 from backends import lanemap
 from backends.exact import Proof, Proven, exact_cast
-from backends.program import Form, Program, cell_column, lin
+from backends.program import Form, Program, cell_column, lin, word_row
 from backends.numbers import DTYPES, HF_NAMES
 
 #: value ballast exponent when a memory stores bytes: 2 * 2^60 >= 2^24 * 126 * (32 * 255)^2
@@ -287,11 +287,10 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
                         a = rb * p.rows + i
                         if a >= nrows:
                             break
+                        fq = addr_match(port.addr[p.pack:], a) if port is not None else None
                         for r, w in p.key_rows(i):
-                            if port is not None:
-                                f = addr_match(port.addr[p.pack:], a)
-                                if f is not None:
-                                    qkv.form(kh * dk + r, f, KQ)
+                            if fq is not None:
+                                qkv.form(kh * dk + r, fq, KQ)
                             wa = a if w < 0 else 2 * a + w      # the address row r holds
                             if wr is not None and wa < p.depth:
                                 f = addr_match(wr.addr, wa, [wr.en])
@@ -449,7 +448,7 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
                         if col is None:
                             break
                         wi, _, b0, nb = col
-                        r0 = wi * p.rows if p.pair else 0
+                        r0 = word_row(p.pair, p.rows, wi)
                         st[r0:r0 + hi - lo, num.n_bv + j] = \
                             ((ws[:, wi] >> b0) & ((1 << nb) - 1)).float() * VS
                     out[(layer, kh * g + v)] = st

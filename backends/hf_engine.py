@@ -176,7 +176,7 @@ class HFEngine:
         """Every memory's words from the recurrent state of batch row ``row`` (read port 0's
         copy); a word whose cells are not exactly Vs times an integer of the cell's bits
         (0 or 1 for bit cells, 0..255 for byte cells) is None."""
-        from backends.program import cell_column
+        from backends.program import cell_column, word_row
         t = self.tgt
         dv, g = t["d_v"], t["v_per_k"]
         nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
@@ -201,7 +201,7 @@ class HFEngine:
                             if col is None:
                                 break
                             wi, _, b0, nb = col
-                            r0 = wi * R if m.get("pair") else 0     # a paired RAM's word wi
+                            r0 = word_row(m.get("pair", False), R, wi)
                             c = cells[r0:r0 + hi - lo, j]
                             ci = c.round()
                             bad[lo:hi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))

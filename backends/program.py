@@ -224,11 +224,19 @@ class MemPlan:
     def key_rows(self, i: int) -> list[tuple[int, int]]:
         """(key row, word) of logical row ``i`` of a bank: one row holding its 2^pack words,
         or with ``pair`` rows i and i + rows holding words 0 and 1."""
-        return [(i, 0), (i + self.rows, 1)] if self.pair else [(i, -1)]
+        if not self.pair:
+            return [(i, -1)]
+        return [(i + word_row(True, self.rows, w), w) for w in (0, 1)]
 
     def column(self, rc: int) -> tuple[int, int, int, int] | None:
         """:func:`cell_column` of this memory."""
         return cell_column(rc, self.width, self.cell, self.pack)
+
+
+def word_row(pair: bool, rows: int, wi: int) -> int:
+    """The key row where word ``wi`` of a bank's logical row 0 lives: 0 (every word of a
+    row shares it), or with ``pair`` (:class:`MemPlan`) ``wi * rows``."""
+    return wi * rows if pair else 0
 
 
 def cell_column(rc: int, width: int, cell: int, pack: int) -> tuple[int, int, int, int] | None:
