@@ -7,7 +7,8 @@ every :class:`Mismatch`), from :func:`check_dir` (or :func:`check_engine` on a l
 Modes:
 - decode (default): greedy, one token per call; at each position the model's argmax is the
   next token, fed back; it must equal the simulator's next token. After feeding token t the
-  recurrent state must hold the memories as they are before step t (writes of steps < t):
+  recurrent state must hold the memories as they are before step t (writes of steps < t;
+  a transparent memory, written at its own position, as it is after step t):
   compared at every position when ``mem_every`` is 1, else every ``mem_every`` positions and
   at the end.
 - prefill: the simulator's token stream is fed in calls of at most ``chunk`` positions (the
@@ -144,12 +145,21 @@ def _step(sim: Simulator, tok: Token, trace: bool, last: bool) -> StepResult | N
     step it."""
     if not last:
         return sim.step(tok, trace=trace)
-    if not trace:
-        return None
     try:
-        return sim.step(tok, trace=True)
+        return sim.step(tok, trace=trace)
     except SimError:
         return None
+
+
+def _want(c: Circuit, before: dict[str, list[int]], sim: Simulator,
+          stepped: bool) -> dict[str, list[int]]:
+    """What the state holds after a position is fed: each memory as it was before that
+    step (``before``), a transparent one (written at its own position) after it, and
+    nothing for a transparent one when the simulator could not step."""
+    new = [n for n, m in c.memories.items() if m.read_under_write == "new"]
+    after = {n: sim.memory(n) for n in new} if stepped else {}
+    return {n: after[n] if n in new else ws for n, ws in before.items()
+            if n in after or n not in new}
 
 
 def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = False,
@@ -197,15 +207,15 @@ def _decode(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: in
         pred = eng.decode_step([eng.token_id(tok) for tok in cur], cache)
         rep.positions += sum(active)
         for b in range(batch):
-            last = t == steps or c.kinds[cur[b].kind].halt
-            if active[b] and (t % mem_every == 0 or last):
-                rep.mismatches += _mem_diff(c, b, t, sims[b].memories, eng.read_memories(cache, b))
-                rep.memory_checks += 1
-        for b in range(batch):
             if not active[b]:
                 continue
             last = t == steps or c.kinds[cur[b].kind].halt
+            before = sims[b].memories if t % mem_every == 0 or last else None
             r = _step(sims[b], cur[b], ln is not None, last)
+            if before is not None:
+                rep.mismatches += _mem_diff(c, b, t, _want(c, before, sims[b], r is not None),
+                                            eng.read_memories(cache, b))
+                rep.memory_checks += 1
             if ln is not None and r is not None:
                 ln.compare(b, t, [cur[b]], [r.values], [taps[s][b] for s in range(len(taps))])
             if last:                    # the halt token (or the limit) was this row's last
@@ -240,11 +250,12 @@ def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: i
         nexts: list[list[Token]] = [[] for _ in range(batch)]
         while pos - pos0 < chunk and final is None:
             last = pos == steps or any(c.kinds[t.kind].halt for t in cur)
-            if last:        # the memories after the steps that fed this position
-                final = [sim.memories for sim in sims]
+            before = [sim.memories for sim in sims] if last else []
             for b in range(batch):
                 toks[b].append(cur[b])
                 r = _step(sims[b], cur[b], ln is not None, last)
+                if last:    # the memories after the steps that fed this position
+                    final = (final or []) + [_want(c, before[b], sims[b], r is not None)]
                 vals[b].append(r.values if r is not None else None)
                 if not last:
                     nexts[b].append(r.next)

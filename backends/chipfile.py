@@ -45,7 +45,8 @@ def circuit_to_json(c: Circuit) -> dict[str, Any]:
         "nodes": nodes,
         "files": sorted(files, key=files.get),
         "memories": [{"name": m.name, "kind": m.kind, "width": m.width, "depth": m.depth,
-                      "loc": _loc(m.loc), "image": m.image} for m in c.memories.values()],
+                      "loc": _loc(m.loc), "image": m.image,
+                      "read_under_write": m.read_under_write} for m in c.memories.values()],
         "kinds": [{"name": k.name, "loc": _loc(k.loc), "halt": k.halt,
                    "fields": [_field_to_json(f) for f in k.fields]} for k in c.kinds],
         "start": None if c.start is None else [c.start.kind, list(c.start.fields)],
@@ -66,7 +67,8 @@ def circuit_from_json(d: dict[str, Any], images: dict[str, list[int]] | None = N
     for m in d["memories"]:
         c.memories[m["name"]] = Memory(m["name"], MemKind(m["kind"]), m["width"], m["depth"],
                                        Loc(*m["loc"]), m["image"],
-                                       tuple(images.get(m["name"], ())))
+                                       tuple(images.get(m["name"], ())),
+                                       m.get("read_under_write", "old"))
     c.kinds = [TokenKind(k["name"], tuple(_field_from_json(f) for f in k["fields"]), Loc(*k["loc"]),
                          k["halt"]) for k in d["kinds"]]
     if d["start"] is not None:

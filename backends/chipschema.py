@@ -167,7 +167,9 @@ CIRCUIT = Obj({
                          Tup((NAT, INT, INT)), Maybe(STR)))),
     "files": ListOf(STR),
     "memories": ListOf(Obj({"name": STR, "kind": OneOf(("rom", "ram")), "width": NAT,
-                            "depth": NAT, "loc": LOC, "image": Maybe(STR)})),
+                            "depth": NAT, "loc": LOC, "image": Maybe(STR),
+                            "read_under_write": OneOf(("old", "new"))},
+                           optional=frozenset({"read_under_write"}))),
     "kinds": ListOf(Obj({"name": STR, "loc": LOC, "halt": BOOL, "fields": ListOf(FIELD)})),
     "start": Maybe(Tup((NAT, ListOf(INT)))),
     "names": MapOf(NAT),
@@ -175,8 +177,10 @@ CIRCUIT = Obj({
 
 MEMORY = Obj({"kind": OneOf(("rom", "ram")), "width": NAT, "depth": NAT, "layer": NAT,
               "rows_per_bank": NAT, "rowblocks": NAT, "slices": NAT, "pack": NAT,
-              "banks": ListOf(Tup((NAT, NAT))), "read_ports": NAT, "pair": BOOL},
-             optional=frozenset({"last_layer", "key_heads", "write_ports", "pair"}))
+              "banks": ListOf(Tup((NAT, NAT))), "read_ports": NAT, "pair": BOOL,
+              "transparent": BOOL, "vsel": NAT},
+             optional=frozenset({"last_layer", "key_heads", "write_ports", "pair",
+                                 "transparent", "vsel"}))
 
 MARGIN = Obj({"cell_bits": NAT, "cell_max": NAT, "margin_bits": INT})
 

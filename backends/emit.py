@@ -41,7 +41,7 @@ from backends.checkpoint import FORMAT, FORMAT_VERSION
 from backends.chipfile import circuit_to_json
 from backends import lanemap
 from backends.exact import Proof, Proven, exact_cast
-from backends.program import Form, Program, cell_column, lin, word_row
+from backends.program import Form, Program, const, head_cell, lin
 from backends.numbers import DTYPES, HF_NAMES
 
 #: value ballast exponent when a memory stores bytes: 2 * 2^60 >= 2^24 * 126 * (32 * 255)^2
@@ -271,62 +271,74 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
     conv = z(2 * kd + vd, 1, kern)
     conv[:kd, 0, kern - 1] = 1.0                 # queries: current token
     conv[kd:, 0, kern - 2] = 1.0                 # keys, values: previous token
+    bm = _Mat(nv, H, num, prog)                  # beta = sigmoid(1024): 1
+    bm.w[:, 0] = 1024.0 / 2.0 ** num.cb
     for p in prog.mems.values():
         if not any(bl == li for bl, _ in p.banks):
             continue
         ports = p.reads if p.reads else [None]
         wr = p.writes[0] if p.writes else None
+        lowp = p.pack + p.vsel          # the word's address bits within a logical row
+        # a write's key row matches every address bit but the value-head ones
+        wbits = wr.addr[:p.pack] + wr.addr[lowp:] if wr is not None else []
         for pi, port in enumerate(ports):
             for rb in range(p.rowblocks):
                 for sl in range(p.slices):
                     bl, kh = p.bank(pi, rb, sl)
                     if bl != li:
                         continue
-                    nrows = -(-p.depth // (1 << p.pack))
+                    nrows = -(-p.depth // p.per_row)
                     for i in range(p.rows):
                         a = rb * p.rows + i
                         if a >= nrows:
                             break
-                        fq = addr_match(port.addr[p.pack:], a) if port is not None else None
+                        fq = addr_match(port.addr[lowp:], a) if port is not None else None
                         for r, w in p.key_rows(i):
                             if fq is not None:
                                 qkv.form(kh * dk + r, fq, KQ)
-                            wa = a if w < 0 else 2 * a + w      # the address row r holds
-                            if wr is not None and wa < p.depth:
-                                f = addr_match(wr.addr, wa, [wr.en])
+                            wa = (a << p.pack) + max(w, 0)     # the row's word, v bits apart
+                            if wr is not None and (a << lowp) + max(w, 0) < p.depth:
+                                f = addr_match(wbits, wa, [wr.en])
                                 if f is not None:
                                     qkv.form(kd + kh * dk + r, f, KQ)
                     if t.two_hot and port is not None and not p.pair:
                         qkv.w[kh * dk + dk - 1, 0] += KQ / 2.0 ** num.cb
+                    if p.transparent:   # written at the step's own position
+                        for lo, n in ((kd + kh * dk, dk), (2 * kd + kh * g * dv, g * dv)):
+                            conv[lo:lo + n, 0, :] = 0.0
+                            conv[lo:lo + n, 0, kern - 1] = 1.0
                     for v in range(g):
                         vh = kh * g + v
                         col0 = 2 * kd + vh * dv
                         zp.w[vh * dv:(vh + 1) * dv, 0] = Z / 2.0 ** num.cb
                         if wr is not None:
                             qkv.w[col0:col0 + num.n_bv, 0] = BV / 2.0 ** num.cb
+                        if wr is not None and p.vsel:   # beta 1 on the addressed head, else 0
+                            bm.w[vh] = 0.0
+                            hit = addr_match(wr.addr[p.pack:lowp], v)
+                            bm.form(vh, lin([(1024, hit)], -512) if hit is not None else const(-1024), 1.0)
                         for j in range(dv - num.n_bv):
-                            col = p.column(sl * t.cols_per_bank + v * (dv - num.n_bv) + j)
+                            col = head_cell(p, t, sl, v, j)
                             if col is None:
                                 break
-                            wi, ci, b0, nb = col
-                            if wr is not None:      # a paired RAM's word wi: its gated copy
-                                d0 = wi * p.width if p.pair else 0
+                            wi, r0, ci, b0, nb = col
+                            if wr is not None:      # a paired RAM's word: its gated copy
+                                d0 = (wi & 1) * p.width if p.pair else 0
                                 cell = lin([(1 << i, wr.data[d0 + b0 + i]) for i in range(nb)])
                                 qkv.form(col0 + num.n_bv + j, cell, VS)
                             if port is not None:    # (a paired read sums two rows' ballast)
                                 out[num.n_b + prog.dim(port.lanes[ci]), vh * dv + num.n_bv + j] = \
                                     2 * wout if p.pair else wout
-                                if p.pack:      # z gate: this column's word is selected
-                                    sel = addr_match(port.addr[:p.pack], wi)
+                                if lowp:        # z gate: this column's word is selected
+                                    sel = addr_match(port.addr[:lowp], wi)
                                     zrow = vh * dv + num.n_bv + j
                                     zp.w[zrow] = 0.0
-                                    zp.form(zrow, lin([(ZSEL, sel)], Z - ZSEL), 1.0)
+                                    zp.form(zrow, lin([(ZSEL, sel)], Z - ZSEL) if sel is not None
+                                            else const(Z - ZSEL), 1.0)
     sd[pre + "linear_attn.in_proj_qkv.weight"] = qkv.w
     sd[pre + "linear_attn.conv1d.weight"] = conv
     sd[pre + "linear_attn.in_proj_z.weight"] = zp.w
-    bw = z(nv, H)
-    bw[:, 0] = 1024.0 / 2.0 ** num.cb
-    sd[pre + "linear_attn.in_proj_b.weight"] = bw
+    sd[pre + "linear_attn.in_proj_b.weight"] = bm.w
     sd[pre + "linear_attn.in_proj_a.weight"] = z(nv, H)
     sd[pre + "linear_attn.dt_bias"] = torch.full((nv,), -1024.0)
     sd[pre + "linear_attn.A_log"] = z(nv)
@@ -429,7 +441,7 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
     VS, BV = 2.0 ** num.vs, 2.0 ** num.b_v
     wt = torch.tensor([int(w) for w in words[:p.depth]] + [0] * max(0, p.depth - len(words)),
                       dtype=torch.int64)
-    P = 1 << p.pack
+    P = p.per_row
     nrows = -(-p.depth // P)
     wt = torch.cat([wt, torch.zeros(nrows * P - p.depth, dtype=torch.int64)]).view(nrows, P)
     for pi in range(p.ports):
@@ -443,12 +455,10 @@ def rom_state(prog: Program, num: Numerics, name: str, words: list[int]
                     # a paired read sums two rows: every row holds the ballast, always
                     st[:t.d_k if p.pair else hi - lo, :num.n_bv] = BV
                     for j in range(dv - num.n_bv):
-                        col = cell_column(sl * t.cols_per_bank + v * (dv - num.n_bv) + j,
-                                          p.width, p.cell, p.pack)
+                        col = head_cell(p, t, sl, v, j)
                         if col is None:
                             break
-                        wi, _, b0, nb = col
-                        r0 = word_row(p.pair, p.rows, wi)
+                        wi, r0, _, b0, nb = col
                         st[r0:r0 + hi - lo, num.n_bv + j] = \
                             ((ws[:, wi] >> b0) & ((1 << nb) - 1)).float() * VS
                     out[(layer, kh * g + v)] = st
@@ -486,7 +496,7 @@ def chip_json(prog: Program, num: Numerics, info: dict[str, Any], dtype: str,
         "memories": {p.name: {"kind": p.kind, "width": p.width, "depth": p.depth,
                               "layer": p.layer, "last_layer": p.last, "rows_per_bank": p.rows,
                               "rowblocks": p.rowblocks, "slices": p.slices, "pack": p.pack,
-                              "pair": p.pair,
+                              "pair": p.pair, "transparent": p.transparent, "vsel": p.vsel,
                               "cell_bits": p.cell,
                               "banks": [list(b) for b in p.banks], "key_heads": p.kheads,
                               "read_ports": len(p.reads), "write_ports": len(p.writes)}

@@ -28,6 +28,7 @@ from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_we
                                  load_chip_json, weights_file)
 from backends.chipfile import circuit_from_json
 from backends.numbers import DTYPES
+from backends.program import MemPlan, head_cell
 
 
 class HFEngine:
@@ -176,38 +177,33 @@ class HFEngine:
         """Every memory's words from the recurrent state of batch row ``row`` (read port 0's
         copy); a word whose cells are not exactly Vs times an integer of the cell's bits
         (0 or 1 for bit cells, 0..255 for byte cells) is None."""
-        from backends.program import cell_column, word_row
-        t = self.tgt
-        dv, g = t["d_v"], t["v_per_k"]
+        prog = _ProgView(self.chip)
+        t = prog.target
         nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
-        cols = g * (dv - nbv)
         res: dict[str, list[int | None]] = {}
-        for name, m in self.chip["memories"].items():
-            P = 1 << m["pack"]
-            nrows = -(-m["depth"] // P)
-            W, cb = m["width"], m.get("cell_bits", 1)
+        for name, p in prog.mems.items():
+            P = p.per_row
+            nrows = -(-p.depth // P)
             words = torch.zeros(nrows, P, dtype=torch.int64)
-            bad = torch.zeros(nrows, dtype=torch.bool)
-            R = m["rows_per_bank"]
-            for rb in range(m["rowblocks"]):
-                lo, hi = rb * R, min(nrows, (rb + 1) * R)
-                for sl in range(m["slices"]):
-                    layer, kh = m["banks"][rb * m["slices"] + sl]
+            bad = torch.zeros(nrows, P, dtype=torch.bool)
+            for rb in range(p.rowblocks):
+                lo, hi = rb * p.rows, min(nrows, (rb + 1) * p.rows)
+                for sl in range(p.slices):
+                    layer, kh = p.bank(0, rb, sl)
                     state = cache.layers[layer].recurrent_states[0][row]
-                    for v in range(g):
-                        cells = state[kh * g + v, :, nbv:].double() / vs
-                        for j in range(dv - nbv):
-                            col = cell_column(sl * cols + v * (dv - nbv) + j, W, cb, m["pack"])
+                    for v in range(t.v_per_k):
+                        cells = state[kh * t.v_per_k + v, :, nbv:].double() / vs
+                        for j in range(t.d_v - nbv):
+                            col = head_cell(p, t, sl, v, j)
                             if col is None:
                                 break
-                            wi, _, b0, nb = col
-                            r0 = word_row(m.get("pair", False), R, wi)
+                            wi, r0, _, b0, nb = col
                             c = cells[r0:r0 + hi - lo, j]
                             ci = c.round()
-                            bad[lo:hi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))
+                            bad[lo:hi, wi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))
                             words[lo:hi, wi] |= ci.clamp(0, (1 << nb) - 1).long() << b0
-            flat = words.view(-1)[:m["depth"]].tolist()
-            badw = bad.repeat_interleave(P)[:m["depth"]].tolist()
+            flat = words.view(-1)[:p.depth].tolist()
+            badw = bad.view(-1)[:p.depth].tolist()
             res[name] = [None if b else int(w) for w, b in zip(flat, badw)]
         return res
 
@@ -235,11 +231,14 @@ class _MemView:
         self.rowblocks, self.slices, self.pack = m["rowblocks"], m["slices"], m["pack"]
         self.cell = m.get("cell_bits", 1)
         self.pair = m.get("pair", False)
+        self.transparent, self.vsel = m.get("transparent", False), m.get("vsel", 0)
         self.banks = [tuple(b) for b in m["banks"]]
         self.ports = max(1, m["read_ports"])
 
     def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
         return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
+
+    per_row = MemPlan.per_row
 
 
 class _NumView:

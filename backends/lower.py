@@ -908,15 +908,19 @@ class Lowerer:
     # ---- memories --------------------------------------------------------------------------
     def plan(self, name: str) -> MemPlan:
         """The memory's banking: a RAM stores one word per row (a GDN write replaces a whole
-        row), one bit per cell; a ROM packs 2^pack words per row, and a ROM that would take
-        more than :data:`BYTE_CELL_BANKS` banks stores 8 bits per cell (when the Lowerer
-        allows byte cells) if that takes fewer banks and the MLP can unpack a word (255
-        neurons per byte) in one layer."""
+        row), one bit per cell, and a transparent RAM one word per row of each value head
+        (``vsel``); a ROM packs 2^pack words per row, and a ROM that would take more than
+        :data:`BYTE_CELL_BANKS` banks stores 8 bits per cell (when the Lowerer allows byte
+        cells) if that takes fewer banks and the MLP can unpack a word (255 neurons per
+        byte) in one layer."""
         if name not in self.mems:
             m = self.c.memories[name]
             t = self.target
             rows = t.rows_per_bank
             has_write = any(n.op is Op.MEM_WRITE and n.param == name for n in self.c.nodes)
+            transparent = m.read_under_write == "new"
+            g = t.v_per_k
+            vsel = (g.bit_length() - 1) if transparent and has_write and g & (g - 1) == 0 else 0
 
             def layout(cell: int, pair: bool = False) -> MemPlan:
                 cw = -(-m.width // cell)
@@ -924,11 +928,12 @@ class Lowerer:
                 if not has_write:   # ROM: pack words into a row while they fit one bank
                     while (2 << pack) * cw <= t.cols_per_bank and (1 << pack) < m.depth:
                         pack += 1
-                nrows = -(-m.depth // (1 << pack))
+                nrows = -(-m.depth // (1 << (pack + vsel)))
                 r = t.d_k // 2 if pair else rows
+                cols = t.d_v - t.value_ballast if vsel else t.cols_per_bank
                 return MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
                                self.mem_last[name], r, -(-nrows // r),
-                               -(-(cw << pack) // t.cols_per_bank), pack, cell, pair)
+                               -(-(cw << pack) // cols), pack, cell, pair, transparent, vsel)
             p = layout(1)
             if has_write and t.two_hot and layout(1, True).kheads < p.kheads:
                 p = layout(1, True)     # d_k words per bank instead of d_k - 1
@@ -993,8 +998,8 @@ class Lowerer:
         for name in c.memories:
             self.plan(name)
         users: dict[int, list[int]] = {}
-        for n in c.nodes:
-            for a in n.args:
+        for n in c.nodes:   # (a transparent read's write arguments are the write's own)
+            for a in n.args[:1] if n.op is Op.MEM_READ else n.args:
                 users.setdefault(a, []).append(n.id)
         self.absorbed = {n.id for n in c.nodes if n.op in (Op.ADD, Op.SUB)
                          and len(users.get(n.id, ())) == 1

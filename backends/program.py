@@ -41,7 +41,7 @@ Invariants every stage keeps (:mod:`backends.exact` re-checks the numeric ones):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from common.kinds import MemKind
 from hdl.ir import Circuit
@@ -180,6 +180,13 @@ class MemPlan:
     then word 1's, each zero unless the address's low bit selects it). So a bank holds
     d_k words instead of d_k - 1 without a reserved row.
 
+    ``transparent`` (read-under-write "new"): the write is made at the step's own position
+    (keys and values from the current token), so a read sees it. ``vsel`` (a transparent RAM
+    on a target with 2^vsel value heads per key head): the value heads of a bank hold
+    different words, chosen by address bits ``pack .. pack+vsel-1``; a write's beta is 1 on
+    the chosen value head and 0 on the others (computed from the address at that position),
+    so a bank holds 2^vsel times the words. A logical row holds :attr:`per_row` words.
+
     Invariants: ``len(banks) == kheads`` once placed; ``layer <= L <= last`` for every bank
     layer L; ``rows * rowblocks * 2**pack >= depth``; ``cell`` is 1 or 8 (8 only for ROMs); at
     most one write port, and none when ``pack`` > 0 unless ``pair``."""
@@ -195,6 +202,8 @@ class MemPlan:
     pack: int = 0        # ROMs: 2**pack words per row, selected per column by the z gate
     cell: int = 1        # bits per state cell (value column): 1, or 8 for byte-cell ROMs
     pair: bool = False   # RAMs on two-hot targets: two key rows per logical row (above)
+    transparent: bool = False   # the write at the step's own position (above)
+    vsel: int = 0        # address bits choosing the value head (transparent RAMs)
     banks: list[tuple[int, int]] = field(default_factory=list)
     reads: list[ReadPort] = field(default_factory=list)
     writes: list[WritePort] = field(default_factory=list)
@@ -228,15 +237,31 @@ class MemPlan:
             return [(i, -1)]
         return [(i + word_row(True, self.rows, w), w) for w in (0, 1)]
 
-    def column(self, rc: int) -> tuple[int, int, int, int] | None:
-        """:func:`cell_column` of this memory."""
-        return cell_column(rc, self.width, self.cell, self.pack)
+    @property
+    def per_row(self) -> int:
+        """Words per logical row (its address's low ``pack + vsel`` bits choose one)."""
+        return 1 << (self.pack + self.vsel)
 
 
 def word_row(pair: bool, rows: int, wi: int) -> int:
     """The key row where word ``wi`` of a bank's logical row 0 lives: 0 (every word of a
     row shares it), or with ``pair`` (:class:`MemPlan`) ``wi * rows``."""
     return wi * rows if pair else 0
+
+
+def head_cell(p: Any, t: Any, sl: int, v: int, j: int) -> tuple[int, int, int, int, int] | None:
+    """Data column ``j`` (after the ballast) of value head ``v`` of a bank of slice ``sl`` of
+    memory ``p`` (a :class:`MemPlan` or a view with its fields) on target ``t`` -> (word of
+    the logical row, first key row of that word (:func:`word_row`), cell of the word, first
+    word bit in the cell, bits in the cell), or None when unused. Without ``vsel`` the value
+    heads of a bank continue one row's columns; with it each holds its own words."""
+    usable = t.d_v - t.value_ballast
+    rc = sl * usable + j if p.vsel else sl * t.cols_per_bank + v * usable + j
+    col = cell_column(rc, p.width, p.cell, p.pack)
+    if col is None:
+        return None
+    wi, ci, b0, nb = col
+    return wi + (v << p.pack if p.vsel else 0), word_row(p.pair, p.rows, wi), ci, b0, nb
 
 
 def cell_column(rc: int, width: int, cell: int, pack: int) -> tuple[int, int, int, int] | None:

@@ -266,7 +266,8 @@ class StartDecl:
 
 @dataclass(frozen=True)
 class MemDecl:
-    """``rom|ram name: elem[depth] [= "image"];`` where ``elem`` is a TypeRef."""
+    """``rom|ram name: elem[depth] [= "image"] [transparent];`` where ``elem`` is a TypeRef;
+    ``transparent_loc`` is where ``transparent`` is written (None when it is not)."""
     loc: Loc
     kind: MemKind
     name: str
@@ -274,6 +275,7 @@ class MemDecl:
     depth: Expr
     image: str | None
     image_loc: Loc | None = None
+    transparent_loc: Loc | None = None
 
 
 Stmt = Union[Block, Wire, Let, Var, Assign, MemWrite, If, Match, For, Const, Inst, TokenDecl,

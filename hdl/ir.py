@@ -57,7 +57,8 @@ class Op(str, enum.Enum):
     SLICE = "slice"          # param: lo; args (a,): bits lo .. lo+width-1 of a
     CONCAT = "concat"        # args high .. low; width = sum of arg widths
     MUX = "mux"              # args (sel, if0, if1): sel (width 1) ? if1 : if0
-    MEM_READ = "mem_read"    # param: memory name; args (addr,); read-under-write "old"
+    MEM_READ = "mem_read"    # param: memory name; args (addr,), or (addr, *write's args) on a
+                             # transparent memory with a write: read-under-write "new"
     MEM_WRITE = "mem_write"  # param: memory name; args (addr, data, enable); sink
     TOKEN_OUT = "tok_out"    # args (kind, *fields of kind 0, *fields of kind 1, ...); sink
     INPUT = "input"          # param: port name; a module's input port (modules only); no args
@@ -89,7 +90,9 @@ class Memory:
     accepted and converted); ``width`` bits per word, ``depth`` words.
     ``image`` is the default ROM image path (resolved, absolute) or None; ``init`` the
     default contents as a tuple of ints (ROMs with an image; empty = zeros).
-    ``read_under_write`` is always "old": a read sees the contents at the start of the step."""
+    ``read_under_write`` is "old" (a read sees the contents at the start of the step) or, on
+    a ``transparent`` RAM, "new": a read sees this step's write (its MEM_READ nodes then
+    carry the write's address, data and enable after their own address)."""
     name: str
     kind: MemKind
     width: int
@@ -312,8 +315,10 @@ class Circuit:
                     bad("mux widths")
             elif op is Op.MEM_READ:
                 m = self.memories.get(n.param)
-                if m is None or len(w) != 1 or n.width != m.width:
+                if m is None or len(w) not in (1, 4) or n.width != m.width:
                     bad("memory read")
+                if len(w) == 4 and (m.read_under_write != "new" or w[2:] != [m.width, 1]):
+                    bad("a read carries a write's arguments only on a transparent memory")
             elif op is Op.MEM_WRITE:
                 m = self.memories.get(n.param)
                 if m is None or m.kind is not MemKind.RAM or len(w) != 3 or w[1] != m.width or w[2] != 1:

@@ -311,7 +311,7 @@ class _ToAst(Transformer):
         return ast.StartDecl(self._loc(meta), str(kind), tuple(args or ()))
 
     def mem_decl(self, meta, c):
-        kind, name, elem, *dims, image = c
+        kind, name, elem, *dims, image, transparent = c
         elem_loc = self._tloc(elem)
         if len(dims) > 2:
             raise _BadSyntax(self._loc(meta), "a memory has one dimension: name: u8[DEPTH] or "
@@ -319,7 +319,8 @@ class _ToAst(Transformer):
         typ = ast.TypeRef(elem_loc, str(elem), dims[0] if len(dims) == 2 else None)
         image_text = image.value[1:-1] if image is not None else None
         return ast.MemDecl(self._loc(meta), MemKind(str(kind)), str(name), typ, dims[-1], image_text,
-                           self._tloc(image) if image is not None else None)
+                           self._tloc(image) if image is not None else None,
+                           self._tloc(transparent) if transparent is not None else None)
 
     # -- expressions
     def ternary(self, meta, c):

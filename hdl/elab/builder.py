@@ -126,6 +126,24 @@ class Builder:
         self._memo[key] = nid
         return nid
 
+    def see_write(self, memory: str, write: tuple[int, int, int]) -> int | None:
+        """Make every read of the transparent ``memory`` carry its write's (address, data,
+        enable): read-under-write "new" (docs/ir.md). Call once every read exists. Returns
+        a read of ``memory`` the write depends on (nothing changed then: a loop), or None."""
+        seen, stack = set(write), list(write)
+        while stack:
+            nid = stack.pop()
+            if self.ops[nid] is Op.MEM_READ and self.params[nid] == memory:
+                return nid
+            for a in self.args[nid]:
+                if a not in seen:
+                    seen.add(a)
+                    stack.append(a)
+        for nid, op in enumerate(self.ops):
+            if op is Op.MEM_READ and self.params[nid] == memory:
+                self.args[nid] = self.args[nid][:1] + tuple(write)
+        return None
+
     def alias(self, name: str, width: int, loc: Loc) -> int:
         """A placeholder for the wire ``name``; :meth:`drive` sets its driver."""
         nid = self._new(ALIAS, width, (), None, loc)

@@ -263,6 +263,13 @@ class Elaborator(ExprMixin, StmtMixin):
             self.b.add(Op.TOKEN_OUT, 0, a.value, None, decl.loc)
         for name, w in self.state.writes.items():
             self.b.add(Op.MEM_WRITE, 0, (w.addr, w.data, w.enable), name, w.loc)
+            if out.memories[name].read_under_write == "new":    # reads see this write
+                r = self.b.see_write(name, (w.addr, w.data, w.enable))
+                if r is not None:
+                    self.err(w.loc, f"the write to transparent memory '{name}' depends on a "
+                                    f"read of '{name}' in the same step; its reads see this "
+                                    f"write, so that is a combinational loop",
+                             [(self.b.locs[r], f"the read of '{name}' is here")])
         out.kinds = [k.kind for k in self.kinds]
         return out
 
@@ -330,7 +337,11 @@ class Elaborator(ExprMixin, StmtMixin):
                 self.err(s.image_loc or s.loc, loaded)
                 return
             init = loaded
-        m = Memory(s.name, s.kind, t.width, depth, s.loc, image, init)
+        if s.transparent_loc is not None and s.kind is MemKind.ROM:
+            self.err(s.transparent_loc, "only a ram can be transparent (a rom is never written)")
+            return
+        m = Memory(s.name, s.kind, t.width, depth, s.loc, image, init,
+                   "new" if s.transparent_loc is not None else "old")
         if scope.syms.get(s.name) is POISON:
             del scope.syms[s.name]
         if self.declare(scope, s.name, MemSym(m, t), s.loc):

@@ -129,7 +129,10 @@ def _c_expr(c: Circuit, lay: Layout, n: Node, ref) -> str:
         return f"({a[0]} ? {a[2]} : {a[1]})"
     if op is Op.MEM_READ:
         i = lay.mem_index(n.param)
-        return f"({a[0]} < {lay.mem_depth[i]}ULL ? mem[{lay.mem_offset[i]} + {a[0]}] : 0)"
+        old = f"mem[{lay.mem_offset[i]} + {a[0]}]"
+        if len(a) == 4:         # transparent: this step's write is seen
+            old = f"({a[3]} && {a[1]} == {a[0]} ? {a[2]} : {old})"
+        return f"({a[0]} < {lay.mem_depth[i]}ULL ? {old} : 0)"
     raise AssertionError(f"no C code for {op}")
 
 
@@ -241,7 +244,10 @@ def _py_expr(c: Circuit, lay: Layout, n: Node, inp: dict[int, str]) -> str:
         return f"({a[2]} if {a[0]} else {a[1]})"
     if op is Op.MEM_READ:
         i = lay.mem_index(n.param)
-        return f"(m{i}[{a[0]}] if {a[0]} < {lay.mem_depth[i]} else 0)"
+        old = f"m{i}[{a[0]}]"
+        if len(a) == 4:         # transparent: this step's write is seen
+            old = f"({a[2]} if {a[3]} and {a[1]} == {a[0]} else {old})"
+        return f"({old} if {a[0]} < {lay.mem_depth[i]} else 0)"
     raise AssertionError(f"no Python code for {op}")
 
 

@@ -64,13 +64,16 @@ def alu(width: int = 8) -> Circuit:
     return c
 
 
-def ram_circuit(depth: int = 16, width: int = 8, aw: int = 4) -> Circuit:
-    """W(addr, data): ram[addr] <= data, answer R(ram[addr] before the write);
-    R(x) -> W(x % depth, x + 1)-like chain so every step reads and writes."""
+def ram_circuit(depth: int = 16, width: int = 8, aw: int = 4, transparent: bool = False
+                ) -> Circuit:
+    """W(addr, data): ram[addr] <= data, answer R(ram[addr] before the write, or with
+    ``transparent`` after it); R(x) -> W(x % depth, x + 1)-like chain so every step reads
+    and writes."""
     c = Circuit("Ram", L)
     c.kinds = [TokenKind("W", (Field("addr", aw), Field("data", width)), L),
                TokenKind("R", (Field("addr", aw), Field("data", width)), L)]
-    c.memories["ram"] = Memory("ram", "ram", width, depth, loc(2))
+    c.memories["ram"] = Memory("ram", "ram", width, depth, loc(2),
+                               read_under_write="new" if transparent else "old")
     c.start = Token(0, (3, 7))
     kind = c.add(Op.TOKEN_KIND, 1)
     wa = c.add(Op.TOKEN_FIELD, aw, param=(0, 0))
@@ -79,8 +82,13 @@ def ram_circuit(depth: int = 16, width: int = 8, aw: int = 4) -> Circuit:
     rd = c.add(Op.TOKEN_FIELD, width, param=(1, 1))
     addr = c.add(Op.OR, aw, (wa, ra))
     data = c.add(Op.OR, width, (wd, rd))
-    old = c.add(Op.MEM_READ, width, (addr,), param="ram", loc=loc(5), name="old")
-    en = c.add(Op.NOT, 1, (kind,))
+    if transparent:
+        en = c.add(Op.NOT, 1, (kind,))
+        old = c.add(Op.MEM_READ, width, (addr, addr, data, en), param="ram", loc=loc(5),
+                    name="old")
+    else:
+        old = c.add(Op.MEM_READ, width, (addr,), param="ram", loc=loc(5), name="old")
+        en = c.add(Op.NOT, 1, (kind,))
     c.add(Op.MEM_WRITE, 0, (addr, data, en), param="ram", loc=loc(6))
     # next: W -> R(addr, old) ; R -> W(addr*3+1, old + data)
     a3 = c.add(Op.ADD, aw, (c.add(Op.MUL, aw, (addr, c.add(Op.CONST, aw, param=3))),

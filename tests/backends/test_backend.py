@@ -26,11 +26,13 @@ hf_logging.disable_progress_bar()
 torch.set_num_threads(2)
 
 BUILDERS = {"counter": lambda: circuits.counter(8, 9), "alu": lambda: circuits.alu(5),
-            "ram": circuits.ram_circuit, "rom": circuits.rom_circuit}
+            "ram": circuits.ram_circuit, "rom": circuits.rom_circuit,
+            "tram": lambda: circuits.ram_circuit(transparent=True)}
 STARTS = {"counter": [Token(0, (v,)) for v in (0, 3, 200, 255)],
           "alu": [Token(0, (a, b, o)) for a, b, o in ((5, 3, 0), (31, 31, 1), (16, 1, 5), (0, 7, 3))],
           "ram": [Token(0, (a, d)) for a, d in ((3, 7), (0, 255), (15, 128), (9, 1))],
           "rom": [Token(0, (i, 0)) for i in (1, 0, 39, 17)]}
+STARTS["tram"] = STARTS["ram"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def built(tmp_path_factory):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-@pytest.mark.parametrize("name", ["counter", "alu", "ram", "rom"])
+@pytest.mark.parametrize("name", ["counter", "alu", "ram", "rom", "tram"])
 def test_decode_matches_simulator(built, name, dtype):
     rep = check_dir(built(name, dtype), steps=24)
     assert rep.ok, [str(m) for m in rep.mismatches]
@@ -55,7 +57,7 @@ def test_decode_matches_simulator(built, name, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-@pytest.mark.parametrize("name", ["alu", "ram", "rom"])
+@pytest.mark.parametrize("name", ["alu", "ram", "rom", "tram"])
 def test_prefill_and_batch(built, name, dtype):
     starts = STARTS[name]
     rep = check_dir(built(name, dtype), steps=20, batch=4, starts=starts, prefill=True)

@@ -428,19 +428,18 @@ def test_compiled_dk128_fp32_prefill_is_exact(tmp_path, name):
     assert rep.ok, [str(m) for m in rep.mismatches]
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_a_ram_on_two_hot_heads_pairs_its_rows(tmp_path, dtype):
-    """A 256x8 RAM on the d_k = 128 target: key rows i and i + 64 share a query (the word is
-    the address's low bit, picked by the z gate; writes carry the data gated into its
-    word's columns), so a key head holds 128 words: 2 heads (3 with 127 rows and a reserved
-    one). Prefill and decode equal the simulator at every position, memories read back word
-    for word (check_dir), and in fp32 prefill equals decode bit for bit."""
+def ram_case(tmp_path: Path, dtype: str, transparent: bool, shape: tuple) -> None:
+    """A 256x8 RAM (transparent or not) on the d_k = 128 target: its plan's (pair, vsel,
+    rows, key heads) is ``shape``; prefill and decode equal the simulator at every position,
+    memories read back word for word (check_dir), and in fp32 prefill equals decode bit for
+    bit."""
     from backends.schedule import schedule
     from backends.target import get_target
-    build, starts = BIG_CHIPS["ram256"]
+    build = lambda: circuits.ram_circuit(256, 8, 8, transparent=transparent)
+    starts = BIG_CHIPS["ram256"][1]
     tgt = dk128_target(tmp_path)
     ram = schedule(build(), get_target(tgt)).mems["ram"]
-    assert (ram.pair, ram.rows, ram.kheads) == (True, 64, 2)
+    assert (ram.pair, ram.vsel, ram.rows, ram.kheads) == shape
     d = tmp_path / "ram256"
     compile_to_dir(build(), d, target=tgt, dtype=dtype)
     if dtype == "fp32":
@@ -448,6 +447,24 @@ def test_a_ram_on_two_hot_heads_pairs_its_rows(tmp_path, dtype):
     for prefill in (False, True):
         rep = check_dir(d, steps=150, batch=2, starts=starts, prefill=prefill)
         assert rep.ok, [str(m) for m in rep.mismatches]
+        assert rep.memory_checks > 0
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_ram_on_two_hot_heads_pairs_its_rows(tmp_path, dtype):
+    """Key rows i and i + 64 share a query (the word is the address's low bit, picked by
+    the z gate; writes carry the data gated into its word's columns), so a key head holds
+    128 words: 2 heads (3 with 127 rows and a reserved one)."""
+    ram_case(tmp_path, dtype, False, (True, 0, 64, 2))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_transparent_ram_splits_its_words_over_the_value_heads(tmp_path, dtype):
+    """A transparent RAM (2 value heads per key head) is written at the step's own
+    position, with beta 1 on the value head its address's bit 1 chooses and 0 on the
+    other, so each value head holds its own words: 1 key head, and every read sees the
+    step's write."""
+    ram_case(tmp_path, dtype, True, (True, 1, 64, 1))
 
 
 def fuzz_circuit(seed: int):

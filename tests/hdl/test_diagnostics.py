@@ -306,6 +306,31 @@ CASES = {
         import nosuchlib;
         ^
         """),
+    "transparent rom": ("""
+        circuit C {
+            token T(a: u3, d: u8);
+            rom r: u8[4] transparent;
+            next = T(a: 0, d: r[tok.T.a]);
+        }
+        """, """
+        t.hdl:3:18: error: only a ram can be transparent (a rom is never written)
+            rom r: u8[4] transparent;
+                         ^
+        """),
+    "transparent write from its own read": ("""
+        circuit C {
+            token T(a: u3, d: u8);
+            ram m: u8[8] transparent;
+            let v = m[tok.T.a];
+            m[tok.T.a] <= v + 8'd1;
+            next = T(a: 0, d: v);
+        }
+        """, """
+        t.hdl:5:5: error: the write to transparent memory 'm' depends on a read of 'm' in the same step; its reads see this write, so that is a combinational loop
+            m[tok.T.a] <= v + 8'd1;
+            ^
+        t.hdl:4:13: note: the read of 'm' is here
+        """),
     "several errors in one pass": ("""
         module m (in a: u8, out y: u8) {
             let p = a + 16'd1;

@@ -500,3 +500,47 @@ def test_any_image_file_loads_or_raises_image_error(tmp_path, suffix):
             return
         assert len(words) <= depth and all(0 <= w < 1 << width for w in words)
     check()
+
+
+TRANSPARENT = """
+circuit t {
+    token W(a: u3, d: u8, en: u1);
+    ram m: u8[5] transparent;
+    ram o: u8[5];
+    if tok.W.en { m[tok.W.a] <= tok.W.d; o[tok.W.a] <= tok.W.d; }
+    let seen = m[tok.W.a];
+    let other = m[tok.W.a + 3'd1];
+    next = W(a: tok.W.a, d: seen ^ o[tok.W.a], en: other[0]);
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_transparent_memory_reads_this_steps_write(backend):
+    from hdl.frontend import load_source
+    c = load_source(TRANSPARENT)
+    assert c.memories["m"].read_under_write == "new"
+    assert c.memories["o"].read_under_write == "old"
+    reads = [n for n in c.nodes if n.op is Op.MEM_READ and n.param == "m"]
+    assert reads and all(len(n.args) == 4 for n in reads)
+    sim = Simulator(c, backend=backend)
+    # m[1] reads the 42 written now; the old-style o[1] still reads 0
+    assert sim.step(Token(0, (1, 42, 1))).next == Token(0, (1, 42, 0))
+    # not enabled: both read the stored 42; m[2] (0) is not the written address
+    assert sim.step(Token(0, (1, 7, 0))).next == Token(0, (1, 0, 0))
+    # written at 0: the read of address 1 (other) sees the stored 42, not the write
+    assert sim.step(Token(0, (0, 9, 1))).next == Token(0, (0, 9, 0))
+    # address 5 >= depth: nothing written, both read 0
+    assert sim.step(Token(0, (5, 3, 1))).next == Token(0, (5, 0, 0))
+    assert sim.memories["m"] == [9, 42, 0, 0, 0] == sim.memories["o"]
+
+
+def test_the_transparent_example_of_the_language_docs():
+    """docs/language.md's transparent RAM example does what its comment says."""
+    from pathlib import Path
+    from hdl.frontend import load_source
+    text = (Path(__file__).parents[2] / "docs" / "language.md").read_text()
+    block = text.split("**Transparent RAMs**")[1].split("```")[1]
+    sim = Simulator(load_source(block))
+    assert sim.step(Token(0, (1, 42, 1))).next == Token(0, (1, 42, 0))
+    assert sim.memories["m"] == [0, 42, 0, 0, 0]
