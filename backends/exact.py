@@ -22,6 +22,9 @@ e.g. test_matrix.py and test_two_hot_fp32.py):
   a byte, read back as a lane <= 255; the value ballast dominates a row's cells
   (n_bv*B_v^2 >= 2^24 (fp32; 2^9 bf16) * cols * (Vs*255)^2); byte cells only where every
   kernel reads them exactly (bf16, or one-hot queries).
+- a transparent RAM's value-head select (``vsel``): beta = sigmoid(1024 * match - 512) with
+  the match form 1 or <= 0 over bits, and sigmoid(+-512) is exactly 1 / 0 in the dtype, so a
+  write changes the chosen value head's row only.
 - the target's ``rms_norm_eps`` vanishes: ``rsqrt(mean square + eps)`` in fp32 is exactly
   1/sqrt(mean square) for the residual pre-norm and the memory read norm (a huge eps is
   refused here, at compile time, not found by ``check``).
@@ -193,6 +196,10 @@ def prove(prog: Program, num, dtype: str) -> Proof:
             fail(-1, f"rms_norm_eps {eps!r} is too large: the {what} computes "
                      f"rsqrt({ms} + eps) in fp32, which is not exactly 1/sqrt({ms}) "
                      "(use a config with a smaller rms_norm_eps, e.g. 1e-6)")
+    for p in prog.mems.values():    # a value-head select: beta = sigmoid(+-512) in dtype
+        if p.vsel and not beta_is_exact(dtype):
+            fail(p.writes[0].node, f"memory '{p.name}''s value-head write select is not an "
+                                   f"exact 0/1 beta in {dtype}")
     margins = []
     for p in prog.mems.values():
         node = (p.reads[0].node if p.reads else p.writes[0].node) if (p.reads or p.writes) else -1
@@ -219,6 +226,13 @@ def prove(prog: Program, num, dtype: str) -> Proof:
                  ballast_bits=_dominance(ballast, max(sumsq, 1)),
                  mean_square_bits=_dominance(ballast, num.hidden), rms_eps=float(eps),
                  memories=tuple(margins))
+
+
+def beta_is_exact(dtype: str) -> bool:
+    """Whether a write's beta, ``sigmoid(b)`` of b = +-512 (the value-head select of a
+    transparent RAM, docs/backend.md), is exactly 1 and 0 when computed in ``dtype``."""
+    b = torch.tensor([512.0, -512.0], dtype=DTYPES[dtype])
+    return torch.sigmoid(b).float().tolist() == [1.0, 0.0]
 
 
 def norm_is_exact(mean_square: Fraction, eps: float) -> bool:
