@@ -928,12 +928,15 @@ class Lowerer:
                 if not has_write:   # ROM: pack words into a row while they fit one bank
                     while (2 << pack) * cw <= t.cols_per_bank and (1 << pack) < m.depth:
                         pack += 1
-                nrows = -(-m.depth // (1 << (pack + vsel)))
+                # value heads split only whole rows: a write's key cannot tell the heads
+                # apart, so no row may hold both words in range and words past the depth
+                vs = vsel if m.depth % (1 << (pack + vsel)) == 0 else 0
+                nrows = -(-m.depth // (1 << (pack + vs)))
                 r = t.d_k // 2 if pair else rows
-                cols = t.d_v - t.value_ballast if vsel else t.cols_per_bank
+                cols = t.d_v - t.value_ballast if vs else t.cols_per_bank
                 return MemPlan(name, m.kind, m.width, m.depth, self.mem_layer[name],
                                self.mem_last[name], r, -(-nrows // r),
-                               -(-(cw << pack) // cols), pack, cell, pair, transparent, vsel)
+                               -(-(cw << pack) // cols), pack, cell, pair, transparent, vs)
             p = layout(1)
             if has_write and t.two_hot and layout(1, True).kheads < p.kheads:
                 p = layout(1, True)     # d_k words per bank instead of d_k - 1

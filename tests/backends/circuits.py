@@ -157,3 +157,28 @@ def config_target(path, hidden: int = 256, inter: int = 96, nk: int = 2, nv: int
     with open(path, "w", encoding="utf-8") as f:
         json.dump(cfg, f)
     return str(path)
+
+
+def transparent_ram_source(seed: int) -> str:
+    """HDL of a random circuit around a transparent RAM (depth, width, strides drawn from
+    ``seed``; at most 12 token bits): each step writes ``d`` at a when enabled, reads at a
+    (so it sees the write) and at a + k, and folds both reads into the next token, so every
+    read value reaches the token stream and the addresses wander over the whole RAM."""
+    import random
+    rng = random.Random(seed)
+    depth = rng.choice((3, 16, 64, 130, 256))
+    aw = min(8, max(1, (depth - 1).bit_length()) + rng.choice((0, 0, 1)))
+    w = rng.randint(1, 12 - aw)
+    step, k = rng.randrange(1, 1 << aw, 2), rng.randrange(1, 1 << aw)
+    return f"""
+circuit tram {{
+    token T(a: u{aw}, d: u{w});
+    start T(a: 0, d: {rng.randrange(1 << w)});
+    ram m: u{w}[{depth}] transparent;
+    let a = tok.T.a;
+    if tok.T.d[0] ^ a[{aw - 1}] ^ 1'b1 {{ m[a] <= tok.T.d; }}
+    let ra = m[a];
+    let rb = m[a + {aw}'d{k}];
+    next = T(a: a + {aw}'d{step} + zext(rb[0], {aw}), d: ra ^ rb ^ (tok.T.d + {w}'d1));
+}}
+"""

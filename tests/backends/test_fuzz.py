@@ -22,11 +22,13 @@ from backends.schedule import DepthRuleError  # noqa: E402
 hf_logging.disable_progress_bar()
 
 
-def small_circuit(seed: int):
-    """A random circuit with a vocabulary <= 4096 that obeys the depth rule, or None."""
+def small_circuit(seed: int, transparent: float = 0.0):
+    """A random circuit with a vocabulary <= 4096 that obeys the depth rule, or None; RAMs
+    transparent with probability ``transparent``."""
     rng = random.Random(seed)
     c = ir_fuzz.random_circuit(rng, n_nodes=rng.randint(10, 30), max_width=rng.choice((4, 8, 12)),
-                               n_kinds=rng.randint(1, 3), n_memories=rng.randint(0, 2))
+                               n_kinds=rng.randint(1, 3), n_memories=rng.randint(0, 2),
+                               transparent=transparent)
     if c.vocab_size > 4096:
         return None, None, None
     from backends.schedule import check_depth_rule
@@ -38,8 +40,8 @@ def small_circuit(seed: int):
     return c, images, ir_fuzz.random_token(rng, c)
 
 
-def run_case(seed: int, dtype: str, tmp: Path) -> None:
-    c, images, start = small_circuit(seed)
+def run_case(seed: int, dtype: str, tmp: Path, transparent: float = 0.0) -> None:
+    c, images, start = small_circuit(seed, transparent)
     if c is None:
         return
     compile_to_dir(c, tmp / f"s{seed}", dtype=dtype, roms=images)
@@ -67,6 +69,16 @@ def test_random_circuits_match_simulator(tmp_path, seed, dtype):
 @fuzz(150, slow=True)
 def test_random_circuits_match_simulator_many(tmp_path, seed, dtype):
     run_case(seed, dtype, tmp_path)
+
+
+@fuzz(6)
+def test_random_transparent_circuits_match_simulator(tmp_path, seed, dtype):
+    run_case(seed, dtype, tmp_path, transparent=0.8)
+
+
+@fuzz(60, slow=True)
+def test_random_transparent_circuits_match_simulator_many(tmp_path, seed, dtype):
+    run_case(seed, dtype, tmp_path, transparent=0.8)
 
 
 def module_circuit(seed: int, max_width: int = 64):

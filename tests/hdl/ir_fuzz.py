@@ -60,6 +60,7 @@ class _Builder:
         self.rng, self.c, self.max_width = rng, c, max_width
         self.ops = sorted(set(ops), key=lambda o: o.value)
         self.by_width: dict[int, list[int]] = {}
+        self.writes: dict[str, tuple[int, int, int]] = {}   # a transparent memory's write
 
     def add(self, op: Op, width: int, args=(), param=None) -> int:
         nid = len(self.c.nodes)
@@ -136,9 +137,21 @@ class _Builder:
         elif op is Op.MEM_READ:
             if c.memories:
                 m = c.memories[rng.choice(sorted(c.memories))]
-                self.add(op, m.width, (self.addr(m),), m.name)
+                sees = self.write_args(m) if m.read_under_write == "new" else ()
+                self.add(op, m.width, (self.addr(m), *sees), m.name)
         else:
             raise AssertionError(op)
+
+    def write_args(self, m: Memory) -> tuple[int, int, int]:
+        """(address, data, enable) of a write to ``m``: new ones each time, but one triple
+        for a transparent memory (its reads carry it)."""
+        if m.name in self.writes:
+            return self.writes[m.name]
+        en = self.value(1)
+        args = (self.addr(m), self.value(m.width), en)
+        if m.read_under_write == "new":
+            self.writes[m.name] = args
+        return args
 
     def addr(self, m: Memory) -> int:
         return self.value(max(1, m.addr_width + self.rng.choice((0, 0, 1, 2))))
@@ -157,13 +170,16 @@ def random_circuit(rng: random.Random, n_nodes: int = 60, max_width: int = 64,
                    n_kinds: int | None = None, n_memories: int | None = None,
                    ops: Iterable[Op] = ALL_OPS, write_ports: int = 1,
                    halt_kinds: bool = True,
-                   mem_depths: Sequence[int] = (1, 2, 3, 5, 16, 17, 64)) -> Circuit:
+                   mem_depths: Sequence[int] = (1, 2, 3, 5, 16, 17, 64),
+                   transparent: float = 0.0) -> Circuit:
     """A random top circuit with about ``n_nodes`` value nodes.
 
     ``n_kinds`` token kinds (1..4 when None) with 0..3 fields each; ``n_memories`` memories
     (0..3 when None), ROMs with images and RAMs with ``write_ports`` MEM_WRITE nodes each
     (applied in IR order), depths drawn from ``mem_depths``. With ``halt_kinds`` the last kind
-    may be a halt kind. The next token's kind index is always a declared kind."""
+    may be a halt kind. The next token's kind index is always a declared kind. With
+    ``transparent`` > 0 and one write port, a RAM is transparent with that probability (its
+    write's arguments are drawn at its first read, so they never depend on its reads)."""
     c = Circuit("Fuzz", Loc("<fuzz>", 0, 0))
     nk = n_kinds if n_kinds is not None else rng.randint(1, 4)
     for k in range(nk):
@@ -178,7 +194,10 @@ def random_circuit(rng: random.Random, n_nodes: int = 60, max_width: int = 64,
         depth = rng.choice(tuple(mem_depths))
         init = tuple(edge_value(rng, w) for _ in range(rng.randint(0, depth))) \
             if kind == "rom" else ()
-        c.memories[f"m{i}"] = Memory(f"m{i}", kind, w, depth, Loc("<fuzz>", 0, 0), init=init)
+        ruw = "new" if (kind == "ram" and transparent and write_ports == 1
+                        and rng.random() < transparent) else "old"
+        c.memories[f"m{i}"] = Memory(f"m{i}", kind, w, depth, Loc("<fuzz>", 0, 0), init=init,
+                                     read_under_write=ruw)
     b = _Builder(rng, c, ops, max_width)
     if nk > 1:
         b.add(Op.TOKEN_KIND, c.kind_width)
@@ -190,8 +209,7 @@ def random_circuit(rng: random.Random, n_nodes: int = 60, max_width: int = 64,
     for m in c.memories.values():
         if m.kind == "ram":
             for _ in range(write_ports):
-                en = b.value(1)
-                b.add(Op.MEM_WRITE, 0, (b.addr(m), b.value(m.width), en), m.name)
+                b.add(Op.MEM_WRITE, 0, b.write_args(m), m.name)
     kw = c.kind_width
     kind = b.value(kw)
     if nk < (1 << kw):   # keep the kind index declared: x < nk ? x : 0
