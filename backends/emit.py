@@ -18,10 +18,12 @@ the normalised ballast ``cb = sqrt(H / n_b)`` as its bias input.
 - GDN memory bank (one key head + its GQA value heads): query = Kq * [addr == row] from the
   current token (conv tap kernel-1) via silu(Kq * (matches - nbits + 1)), plus Kq on the
   reserved last row when queries are two-hot; key = Kk * [addr == row and en] from the
-  previous token (conv tap kernel-2); values = B_v on the ballast columns and Vs * bit on
-  the data columns, from the previous token; beta = 1, decay 0 (a = 0, dt_bias = -1024),
-  z = Z; out_proj maps data column -> read lane with weight
-  B_v * sqrt(n_bv) / (sqrt(d_v) * Vs * Z).
+  previous token (conv tap kernel-2; a transparent memory's from the current token, kernel-1);
+  values = B_v on the ballast columns and Vs * bit on the data columns, from the same token
+  as the key; beta = 1 (sigmoid(1024); a transparent RAM whose value heads hold different
+  words: sigmoid(1024 * [address's head bits = head] - 512), 1 or 0), decay 0 (a = 0,
+  dt_bias = -1024), z = Z (z-gated per packed word); out_proj maps data column -> read lane
+  with weight B_v * sqrt(n_bv) / (sqrt(d_v) * Vs * Z).
 - Embedding row of token (kind k, payload p): ballast, kind bits, field bits of kind k.
 - lm_head row: sum over the kind bits and kind k's payload bits of (2p-1)(2y-1), minus the
   payload width: the correct token scores the number of kind bits, any other at least 2 less.
@@ -296,7 +298,7 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
                         for r, w in p.key_rows(i):
                             if fq is not None:
                                 qkv.form(kh * dk + r, fq, KQ)
-                            wa = (a << p.pack) + max(w, 0)     # the row's word, v bits apart
+                            wa = (a << p.pack) + max(w, 0)  # row r's word, head bits aside
                             if wr is not None and (a << lowp) + max(w, 0) < p.depth:
                                 f = addr_match(wbits, wa, [wr.en])
                                 if f is not None:
@@ -316,7 +318,8 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
                         if wr is not None and p.vsel:   # beta 1 on the addressed head, else 0
                             bm.w[vh] = 0.0
                             hit = addr_match(wr.addr[p.pack:lowp], v)
-                            bm.form(vh, lin([(1024, hit)], -512) if hit is not None else const(-1024), 1.0)
+                            bm.form(vh, const(-1024) if hit is None else
+                                    lin([(1024, hit)], -512), 1.0)
                         for j in range(dv - num.n_bv):
                             col = head_cell(p, t, sl, v, j)
                             if col is None:
