@@ -327,6 +327,10 @@ class ChipTrace:
                 layers = sorted({h.layer for h in heads})
                 how = ("its image preloaded into their recurrent state" if m.kind is MemKind.ROM
                        else "each write goes into every one")
+                if m.read_under_write == "new":
+                    how += " at the step's own position (transparent: reads see it)"
+                    if self.memories.get(name, {}).get("vsel"):
+                        how += ", its value heads holding different words"
                 out.append(f"  {m.kind} '{name}' ({m.width} bits x {m.depth} words): "
                            f"{plural(len(heads), 'key head')} in layer{'s' * (len(layers) > 1)} "
                            f"{ranges(layers)}, {how}")

@@ -68,8 +68,10 @@ class Circuit:
 
     @property
     def memories(self) -> dict[str, str]:
-        """memory name -> ``"rom u16[256]"`` (kind, word type, depth)."""
-        return {n: f"{m.kind} u{m.width}[{m.depth}]" for n, m in self.ir.memories.items()}
+        """memory name -> ``"rom u16[256]"`` (kind, word type, depth; ``" transparent"``
+        after a transparent RAM's)."""
+        return {n: f"{m.kind} u{m.width}[{m.depth}]" + " transparent" * (m.read_under_write == "new")
+                for n, m in self.ir.memories.items()}
 
     @property
     def start(self) -> Token | None:

@@ -280,3 +280,19 @@ def test_trace_of_random_circuits_with_memories():
                 assert trace.costs[node].heads
         explained += 1
     assert explained >= 10
+
+
+def test_explain_names_a_transparent_ram(tmp_path):
+    """`explain --source` at a transparent RAM's declaration says where it is written and,
+    on a target with two value heads per key head, that they hold different words."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import circuits
+    src = tmp_path / "tram.hdl"
+    src.write_text(circuits.transparent_ram_source(5))
+    compile_to_dir(load_circuit(str(src)), tmp_path / "chip",
+                   target=circuits.config_target(tmp_path / "dk128.json"))
+    line = next(i for i, t in enumerate(src.read_text().split("\n"), 1) if "ram m:" in t)
+    status, out, err = explain(str(tmp_path / "chip"), "--source", f"{src}:{line}")
+    assert status == 0, err
+    assert ("each write goes into every one at the step's own position (transparent: reads "
+            "see it), its value heads holding different words") in out
