@@ -268,6 +268,14 @@ class Circuit:
     def check(self) -> None:
         """Validate every structural rule of docs/ir.md; raise ValueError naming the node."""
         kinds = self.kinds
+        wargs: dict[str, tuple[int, ...]] = {}     # a transparent memory's one write
+        for n in self.nodes:
+            if n.op is Op.MEM_WRITE and n.param in self.memories and \
+                    self.memories[n.param].read_under_write == "new":
+                if n.param in wargs:
+                    raise ValueError(f"{n.loc}: IR node {n.id} (mem_write): a transparent "
+                                     f"memory has one write")
+                wargs[n.param] = n.args
         for n in self.nodes:
             def bad(msg: str) -> None:
                 raise ValueError(f"{n.loc}: IR node {n.id} ({n.op.value}): {msg}")
@@ -317,8 +325,11 @@ class Circuit:
                 m = self.memories.get(n.param)
                 if m is None or len(w) not in (1, 4) or n.width != m.width:
                     bad("memory read")
-                if len(w) == 4 and (m.read_under_write != "new" or w[2:] != [m.width, 1]):
+                if len(w) == 4 and m.read_under_write != "new":
                     bad("a read carries a write's arguments only on a transparent memory")
+                if m.read_under_write == "new" and n.args[1:] != wargs.get(n.param, ()):
+                    bad("a transparent memory's read must carry its write's address, data "
+                        "and enable (and only those)")
             elif op is Op.MEM_WRITE:
                 m = self.memories.get(n.param)
                 if m is None or m.kind is not MemKind.RAM or len(w) != 3 or w[1] != m.width or w[2] != 1:

@@ -554,3 +554,26 @@ def test_the_transparent_example_of_the_language_docs():
     sim = Simulator(load_source(block))
     assert sim.step(Token(0, (1, 42, 1))).next == Token(0, (1, 42, 0))
     assert sim.memories["m"] == [0, 42, 0, 0, 0]
+
+
+def test_the_ir_checks_a_transparent_read():
+    """Circuit.check: a transparent memory's reads carry exactly its write's arguments; an
+    "old" memory's reads carry none."""
+    for transparent, read_args, ok in ((True, "write", True), (True, "none", False),
+                                       (True, "other", False), (False, "write", False)):
+        c = Circuit("T", NOLOC)
+        c.kinds = [TokenKind("W", (Field("a", 3), Field("d", 8)), NOLOC)]
+        c.memories["m"] = Memory("m", "ram", 8, 8, NOLOC,
+                                 read_under_write="new" if transparent else "old")
+        a = c.add(Op.TOKEN_FIELD, 3, (), (0, 0))
+        d = c.add(Op.TOKEN_FIELD, 8, (), (0, 1))
+        en = c.add(Op.CONST, 1, (), 1)
+        extra = {"write": (a, d, en), "none": (), "other": (a, d, c.add(Op.CONST, 1, (), 0))}
+        r = c.add(Op.MEM_READ, 8, (a, *extra[read_args]), "m")
+        c.add(Op.MEM_WRITE, 0, (a, d, en), "m")
+        c.add(Op.TOKEN_OUT, 0, (c.add(Op.CONST, 1, (), 0), a, r))
+        if ok:
+            c.check()
+        else:
+            with pytest.raises(ValueError, match="IR node 4 \\(mem_read\\)"):
+                c.check()
