@@ -140,15 +140,15 @@ def _lanes(eng: HFEngine, lanes: bool, rep: CheckReport) -> _Lanes | None:
 
 
 def _step(sim: Simulator, tok: Token, trace: bool, last: bool) -> StepResult | None:
-    """The simulator's step from ``tok``; at a row's last position (a halt token or the
-    step limit) only when tracing for the lane check, and None when the simulator cannot
-    step it."""
-    if not last:
-        return sim.step(tok, trace=trace)
+    """The simulator's step from ``tok`` (traced for the lane check); at a row's last
+    position (a halt token or the step limit) None when the simulator cannot step it (the
+    lanes and the transparent memories of that position are then not compared)."""
     try:
         return sim.step(tok, trace=trace)
     except SimError:
-        return None
+        if last:
+            return None
+        raise
 
 
 def _want(c: Circuit, before: dict[str, list[int]], sim: Simulator,

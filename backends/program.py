@@ -188,7 +188,7 @@ class MemPlan:
     so a bank holds 2^vsel times the words. A logical row holds :attr:`per_row` words.
 
     Invariants: ``len(banks) == kheads`` once placed; ``layer <= L <= last`` for every bank
-    layer L; ``rows * rowblocks * 2**pack >= depth``; ``cell`` is 1 or 8 (8 only for ROMs); at
+    layer L; ``rows * rowblocks * per_row >= depth``; ``cell`` is 1 or 8 (8 only for ROMs); at
     most one write port, and none when ``pack`` > 0 unless ``pair``."""
     name: str
     kind: MemKind
