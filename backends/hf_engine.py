@@ -231,7 +231,7 @@ class _MemView:
         self.rowblocks, self.slices, self.pack = m["rowblocks"], m["slices"], m["pack"]
         self.cell = m.get("cell_bits", 1)
         self.pair = m.get("pair", False)
-        self.transparent, self.vsel = m.get("transparent", False), m.get("vsel", 0)
+        self.vsel = m.get("vsel", 0)
         self.banks = [tuple(b) for b in m["banks"]]
         self.ports = max(1, m["read_ports"])
 

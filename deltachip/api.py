@@ -70,7 +70,8 @@ class Circuit:
     def memories(self) -> dict[str, str]:
         """memory name -> ``"rom u16[256]"`` (kind, word type, depth; ``" transparent"``
         after a transparent RAM's)."""
-        return {n: f"{m.kind} u{m.width}[{m.depth}]" + " transparent" * (m.read_under_write == "new")
+        return {n: f"{m.kind} u{m.width}[{m.depth}]"
+                   + " transparent" * (m.read_under_write == "new")
                 for n, m in self.ir.memories.items()}
 
     @property
