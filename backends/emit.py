@@ -35,6 +35,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from common.kinds import DType
@@ -44,6 +45,7 @@ from backends.chipfile import circuit_to_json
 from backends import lanemap
 from backends.exact import Proof, Proven, exact_cast
 from backends.program import Form, Program, const, head_cell, lin
+from backends.tabulate import TokenTable
 from backends.numbers import DTYPES, HF_NAMES
 
 #: value ballast exponent when a memory stores bytes: 2 * 2^60 >= 2^24 * 126 * (32 * 255)^2
@@ -235,6 +237,7 @@ def _embedding(em: Emission) -> dict[str, torch.Tensor]:
     name = "model.embed_tokens.weight"
     E = torch.zeros(em.vocab, H, dtype=DTYPES[em.dtype])
     E[:, :num.n_b] = 2.0 ** num.b_res
+    table = TokenTable(prog.circuit, [nid for nid, _ in prog.token_fns])
     for ki, k in enumerate(em.kinds):
         n = 1 << k["payload_bits"]
         for lo in range(0, n, CHUNK_ROWS):
@@ -248,6 +251,10 @@ def _embedding(em: Emission) -> dict[str, torch.Tensor]:
                 for ln in fl:
                     blk[:, num.n_b + prog.dim(ln)] = ((ids >> bit) & 1).float()
                     bit += 1
+            for (_, lanes), v in zip(prog.token_fns, table.values(ki, ids.numpy())):
+                for i, ln in enumerate(lanes):
+                    blk[:, num.n_b + prog.dim(ln)] = torch.from_numpy(
+                        ((v >> np.uint64(i)) & np.uint64(1)).astype(np.float32))
             r0 = k["offset"] + lo
             E[r0:r0 + len(ids)] = exact_cast(name, blk, em.dtype, r0 * H)
     return {name: E}

@@ -80,6 +80,7 @@ def record(prog: Any, num: Any) -> dict[str, Any]:
             "ballast": [num.n_b, num.b_res],
             "reads": [[p.node, list(p.lanes), m.cell] for m in prog.mems.values() for p in m.reads],
             "kind_lanes": list(prog.kind_lanes), "field_lanes": prog.field_lanes,
+            "token_fns": [[nid, list(ls)] for nid, ls in prog.token_fns],
             "signals": signals}
 
 
@@ -153,6 +154,7 @@ class LaneMap:
         self.ballast = float(2.0 ** b_res)
         self.kind_lanes = list(d["kind_lanes"])
         self.field_lanes = d["field_lanes"]
+        self.token_fns = [(int(n), list(ls)) for n, ls in d.get("token_fns", [])]
         # per read port: IR node, its lanes (one per state cell), bits per cell
         self.reads = [(int(r[0]), torch.tensor(r[1], dtype=torch.long),
                        int(r[2]) if len(r) > 2 else 1) for r in d["reads"]]
@@ -203,6 +205,10 @@ class LaneMap:
             for fl, v in zip(self.field_lanes[tok.kind], tok.fields):
                 for i, ln in enumerate(fl):
                     V[p, ln] = (v >> i) & 1
+        for p, vals in enumerate(values):      # token tables: the token-only nodes' bits
+            for n, ls in self.token_fns:
+                for i, ln in enumerate(ls):
+                    V[p, ln] = (vals[n] >> i) & 1
         for L in range(self.n_layers):
             for i, (n, ls, cell) in enumerate(self.reads):
                 if self.read_slot.get(i) == 2 * L:

@@ -33,6 +33,7 @@ from backends.numbers import sig_bits
 from backends.program import (Form, Lane, MemPlan, MuxBit, Neuron, PendingBit, Program,
                               ReadPort, WritePort, const, lin)
 from backends.target import Target
+from backends import tabulate
 
 MAX_SPAN = 256
 
@@ -180,9 +181,11 @@ class Lowerer:
     """Lowers one circuit with fixed memory layers; records needed layer bumps."""
 
     def __init__(self, circuit: Circuit, target: Target, mem_layer: dict[str, int],
-                 mem_last: dict[str, int] | None = None, byte_cells: bool = True):
+                 mem_last: dict[str, int] | None = None, byte_cells: bool = True,
+                 tabulate: bool = True):
         self.c = circuit
         self.byte_cells = byte_cells
+        self.tabulate = tabulate
         self.target = target
         self.mem_layer = mem_layer
         self.mem_last = {m: max(mem_layer[m], (mem_last or {}).get(m, 0)) for m in mem_layer}
@@ -712,6 +715,12 @@ class Lowerer:
                                 f"(found a {op.value} node); wrap the module in a circuit")
         self.bits[n.id] = r
 
+    def tabulated(self, n: Node) -> None:
+        """A token-only node: its bits are fresh embedding lanes (backends.tabulate)."""
+        lanes = [self.new_lane(-1, 0, 1, f"tok.fn.{n.id}.{i}") for i in range(n.width)]
+        self.token_fns.append((n.id, lanes))
+        self.bits[n.id] = [Form(0, {ln: 1}, 0, 1) for ln in lanes]
+
     def add_terms(self, nid: int, sign: int) -> list[tuple[int, int]]:
         """The (sign, node) operands of the chain of adds and subtracts rooted at ``nid``
         (inner ones absorbed: read by this chain only, same width)."""
@@ -1008,16 +1017,19 @@ class Lowerer:
                          and len(users.get(n.id, ())) == 1
                          and c.nodes[users[n.id][0]].op in (Op.ADD, Op.SUB)
                          and c.nodes[users[n.id][0]].width == n.width}
-        live: set[int] = set()         # nodes some memory write or the next token reads
-        for n in reversed(c.nodes):
-            if n.op in (Op.MEM_WRITE, Op.TOKEN_OUT) or n.id in live:
-                live.add(n.id)
-                live.update(n.args)
+        # nodes some memory write or the next token reads; token-only logic comes from the
+        # embedding (backends.tabulate)
+        tab = tabulate.plan(c, self.tabulate)
+        self.absorbed -= set(tab.tabulated)
+        self.token_fns: list[tuple[int, list[int]]] = []
         for n in c.nodes:
-            if n.id not in live:       # e.g. a named signal nothing reads: no neurons
+            if n.id not in tab.live:   # e.g. a named signal nothing reads: no neurons
                 continue
             self.cur = n.id
-            self.lower_node(n)
+            if n.id in tab.tabulated:
+                self.tabulated(n)
+            else:
+                self.lower_node(n)
         self.cur = -1
         if not self.out_args:
             raise LoweringError(f"{c.loc}: circuit {c.name} has no next-token output")
@@ -1032,4 +1044,5 @@ class Lowerer:
                    [2 * L + 1 for L, ns in self.mlp.items() if ns] + [0])
         n_layers = last // 2 + 1
         return Program(c, self.target, self.lanes, self.mlp, self.mems, self.kind_lane_ids,
-                       self.field_lane_ids, out_kind, out_fields, n_layers, bits=self.bits)
+                       self.field_lane_ids, out_kind, out_fields, n_layers, bits=self.bits,
+                       token_fns=self.token_fns)

@@ -303,6 +303,8 @@ class Program:
     n_phys: int = 0
     sched: dict | None = None   # retiming outcome (backends.retime): dims before/after, moves
     bits: dict = field(default_factory=dict)   # IR node id -> its bits (Form, MuxBit, PendingBit)
+    #: token-only nodes the embedding holds (backends.tabulate): (IR node, its lanes, LSB first)
+    token_fns: list[tuple[int, list[int]]] = field(default_factory=list)
 
     def dim(self, lane: int) -> int:
         """Physical residual dim of ``lane``, not counting the ballast dims."""

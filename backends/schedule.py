@@ -128,27 +128,29 @@ def byte_cells_exact(target: Target, dtype: str) -> bool:
     return dtype == "bf16" or not target.two_hot
 
 
-def schedule(c: Circuit, target: Target, byte_cells: bool = True) -> Program:
+def schedule(c: Circuit, target: Target, byte_cells: bool = True,
+             tables: bool = True) -> Program:
     """Lower and place the whole circuit (see the module docstring). ``byte_cells``: large
     ROMs may store 8 bits per state cell (exact in bf16, and in fp32 when d_k is a power
-    of 4; :func:`byte_cells_exact`)."""
+    of 4; :func:`byte_cells_exact`). ``tables``: token-only logic that memory logic reads
+    comes from the embedding (backends.tabulate); False lowers it to neurons."""
     c.check()
     if not c.kinds:
         raise LoweringError(f"{c.loc}: '{c.name}' is a module: compile a circuit with tokens")
     mg = check_depth_rule(c)
-    prog = _place(c, target, mg, target.k_heads, byte_cells)
+    prog = _place(c, target, mg, target.k_heads, byte_cells, tables)
     if target.k_heads is None and prog.mems:
-        prog = _balance(c, target, mg, prog, byte_cells)
+        prog = _balance(c, target, mg, prog, byte_cells, tables)
     return prog
 
 
-def run(c: Circuit, target: Target, byte_cells: bool = True) -> Placed:
+def run(c: Circuit, target: Target, byte_cells: bool = True, tables: bool = True) -> Placed:
     """The first stage of the pipeline: :func:`schedule` as a :class:`backends.program.Placed`."""
-    return Placed(schedule(c, target, byte_cells))
+    return Placed(schedule(c, target, byte_cells, tables))
 
 
 def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
-           byte_cells: bool) -> Program:
+           byte_cells: bool, tables: bool = True) -> Program:
     """Lower with memory layers found by the fixed point (module docstring), at most
     ``budget`` key heads per layer (None: any)."""
     height = _heights(mg)
@@ -158,7 +160,7 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
             layer[m] = max(layer[m], layer[p] + 1)
     last = dict(layer)
     for _ in range(64 * (len(c.memories) + 1) + 64):
-        lw = Lowerer(c, target, dict(layer), dict(last), byte_cells)
+        lw = Lowerer(c, target, dict(layer), dict(last), byte_cells, tables)
         prog = lw.run()
         changed = False
         for m, L in lw.bumps.items():
@@ -183,7 +185,7 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
 
 
 def _balance(c: Circuit, target: Target, mg: nx.DiGraph, prog: Program,
-             byte_cells: bool) -> Program:
+             byte_cells: bool, tables: bool = True) -> Program:
     """For a target sized to fit (compact: every layer gets the widest layer's key heads):
     the smallest per-layer key-head budget that keeps ``prog``'s layer count (binary
     search), so banks spread over the layers that have room instead of piling up in one."""
@@ -197,7 +199,7 @@ def _balance(c: Circuit, target: Target, mg: nx.DiGraph, prog: Program,
     while lo < hi:
         mid = (lo + hi) // 2
         try:
-            q = _place(c, target, mg, mid, byte_cells)
+            q = _place(c, target, mg, mid, byte_cells, tables)
         except LoweringError:
             q = None
         if q is not None and q.n_layers <= prog.n_layers:

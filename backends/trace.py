@@ -112,6 +112,7 @@ class Cost:
     rows: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     dims: list[int] = field(default_factory=list)
     heads: list[tuple[int, int]] = field(default_factory=list)
+    table: list[int] = field(default_factory=list)   # of dims: token-table lanes (embedding)
 
     @property
     def neurons(self) -> int:
@@ -165,8 +166,10 @@ class ChipTrace:
         for layer, rows in enumerate(self.rows):
             for row, node in enumerate(rows):
                 self.costs[node].rows[layer].append(row)
-        for node, dim, _, _ in self.lanes:
+        for node, dim, slot, _ in self.lanes:
             self.costs[node].dims.append(dim)
+            if slot < 0 and node >= 0:
+                self.costs[node].table.append(dim)
         for h in self.heads:        # a read port's own heads; a write goes into every head
             reads, write = self.ports[h.memory]["reads"], self.ports[h.memory]["write"]
             if reads:
@@ -309,7 +312,10 @@ class ChipTrace:
                 per = ", ".join(f"layer {L} {_span('row', r)}"
                                 for L, r in sorted(cost.rows.items()))
                 parts.append(f"{plural(cost.neurons, 'neuron')} ({per})")
-            if cost.dims:
+            if cost.table:
+                parts.append(f"{plural(len(cost.table), 'lane')} from the embedding (a token "
+                             f"table: its value on every token id; {_span('dim', cost.table)})")
+            elif cost.dims:
                 parts.append(f"{plural(len(cost.dims), 'lane')} ({_span('dim', cost.dims)})")
             if cost.heads:
                 verb = "writes into " if n.op is Op.MEM_WRITE else ""

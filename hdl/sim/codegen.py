@@ -8,7 +8,9 @@ Gives: source text. Three generators:
 - :func:`python_source` - a Python module defining ``step(mem, tok, trace)`` (circuits) or
   ``evaluate(inputs)`` (modules) over Python ints;
 - :func:`numpy_source` - a Python module defining ``batch(inputs, n)`` that evaluates a module
-  on numpy ``uint64`` arrays (the vectorised path when no C compiler is available).
+  on numpy ``uint64`` arrays (the vectorised path when no C compiler is available);
+  :func:`numpy_cone_source` the same for the cone of any nodes, with chosen nodes supplied
+  by the caller (the backend's token tables evaluate token-only logic on every token id).
 
 Every node becomes one assignment ``v<id> = <expr>``; values are unsigned integers below
 ``2**width`` at all times (results are masked where an op can overflow). The op semantics
@@ -293,10 +295,10 @@ def _np_expr(c: Circuit, n: Node, inp: dict[int, str]) -> str:
     w = n.width
     m = f"U({mask(w)})"
     op = n.op
+    if n.id in inp:      # an input port, or a node the caller supplies
+        return inp[n.id]
     if op is Op.CONST:
         return f"full(n, {n.param}, dtype=u64)"
-    if op is Op.INPUT:
-        return inp[n.id]
     common = _common_expr(c, None, n, a, lambda x: f"U({x})", lambda e: f"({e}).astype(u64)")
     if common is not None:
         return common
@@ -314,15 +316,31 @@ def _np_expr(c: Circuit, n: Node, inp: dict[int, str]) -> str:
     raise AssertionError(f"no numpy code for {op} (modules only)")
 
 
+def numpy_cone_source(c: Circuit, outputs: list[int], inputs: dict[int, str]) -> str:
+    """numpy source defining ``batch(inp, n) -> list`` that evaluates the nodes ``outputs``
+    on ``uint64`` arrays of length ``n``: only the nodes they depend on, and a node in
+    ``inputs`` (id -> expression over the list ``inp``, e.g. ``"inp[0]"``) reads that
+    expression instead of its own op. Memory reads and writes must not be in the cone."""
+    need: set[int] = set()
+    todo = list(outputs)
+    while todo:
+        x = todo.pop()
+        if x not in need:
+            need.add(x)
+            if x not in inputs:
+                todo.extend(c.nodes[x].args)
+    lines = [f"# deltachip vectorised evaluator: {c.name}, {len(need)} of {len(c.nodes)} nodes",
+             "from numpy import uint64 as U, uint64 as u64, full, where, minimum",
+             "def batch(inp, n):"]
+    lines += [f"    v{i} = {_np_expr(c, c.nodes[i], inputs)}" for i in sorted(need)]
+    lines.append("    return [" + ", ".join(f"v{nid}" for nid in outputs) + "]")
+    return "\n".join(lines) + "\n"
+
+
 def numpy_source(c: Circuit) -> str:
     """numpy source for module ``c``: ``batch(inp, n) -> list`` from a list of ``uint64``
     arrays of length ``n`` (one per input port, ``Layout.inputs`` order) to a list of arrays
     (one per output port). ASHR by >= width saturates at width-1, which gives the sign fill."""
     lay = Layout.of(c)
-    ports = {nid: f"inp[{j}]" for j, (_, nid) in enumerate(lay.inputs)}
-    lines = [f"# deltachip vectorised evaluator: module {c.name}, {len(c.nodes)} nodes",
-             "from numpy import uint64 as U, uint64 as u64, full, where, minimum",
-             "def batch(inp, n):"]
-    lines += [f"    v{nd.id} = {_np_expr(c, nd, ports)}" for nd in c.nodes if nd.width]
-    lines.append("    return [" + ", ".join(f"v{nid}" for _, nid in lay.outputs) + "]")
-    return "\n".join(lines) + "\n"
+    return numpy_cone_source(c, [nid for _, nid in lay.outputs],
+                             {nid: f"inp[{j}]" for j, (_, nid) in enumerate(lay.inputs)})

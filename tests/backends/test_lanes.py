@@ -188,7 +188,7 @@ def test_cli_prints_the_first_diverging_lane(tmp_path, monkeypatch, capsys):
         "OK: 11 positions (decode, bf16, batch 1), 11 memory comparisons, 0 lane values compared")
     assert main(["check", str(bad), "--steps", "10"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("LANE position 0: layer 1 GDN: lane ")
+    assert lines[0].startswith("LANE position 0: layer 0 GDN: lane ")
     assert "carrying bit 0 of signal `word` (mem_read at " in lines[0]
     assert "walk.hdl:7:16): designed 0, model -1.6" in lines[0]
     assert lines[-1].startswith("FAILED (1 mismatches shown): 11 positions (decode, bf16, "

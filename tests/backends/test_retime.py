@@ -152,8 +152,9 @@ def test_never_more_dims_or_layers_and_reads_follow_writes(i):
 
 def test_random_circuits_stay_legal_and_never_grow():
     """The valid random circuits of seeds 0-299 (schedule and allocate only: no weights).
-    Logic that reaches no token or write gets no neurons, so most of these small circuits
-    are shallow and only a few give retiming something to move."""
+    Logic that reaches no token or write gets no neurons, and token-only logic a memory
+    reads is a token table (backends.tabulate), so most of these small circuits are shallow
+    and only a few give retiming something to move (4 of 300 measured)."""
     seen = moved = 0
     for seed in range(300):
         got = fuzz_circuit(seed)
@@ -164,7 +165,7 @@ def test_random_circuits_stay_legal_and_never_grow():
         assert_legal(prog)
         seen += 1
         moved += prog.sched["moved_neurons"] > 0
-    assert seen >= 150 and moved >= 5, (seen, moved)
+    assert seen >= 150 and moved >= 3, (seen, moved)
 
 
 def test_saves_the_dims_asap_wastes():
@@ -201,7 +202,8 @@ def test_examples_exact_after_retiming(tmp_path, capsys, name):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lanes: "))
     asap = int(line.split("(ASAP ")[1].split(")")[0])
     assert line.startswith(f"lanes: {dims} (ASAP {asap}), ")
-    if name == "counter":       # 2 layers deep: nothing to gain
+    if name != "gcd":   # 2 and 3 layers deep (the stack machine's pointer arithmetic is
+        #                 token tables): nothing to gain
         assert line == f"lanes: {dims} (ASAP {dims}), ASAP kept (retiming found no saving)"
     else:
         assert dims < asap and line.endswith(" neurons moved to later layers"), line

@@ -230,8 +230,10 @@ def test_exactness_error_names_the_signal():
     from backends.program import Form
     from backends.schedule import schedule
     from backends.target import COMPACT
-    c = load_source(DEPTH_SOURCE.replace("mem[mem[tok.Go.a] + 1] <= 1;",
-                                         "let sum = tok.Go.a + 3;\n            mem[sum] <= 1;"),
+    # (the next token reads `sum`: token-only logic a memory reads would be a table lane)
+    c = load_source(DEPTH_SOURCE.replace("mem[mem[tok.Go.a] + 1] <= 1;\n            next = Go(a: tok.Go.a);",
+                                         "let sum = tok.Go.a + 3;\n            mem[tok.Go.a] <= 1;\n"
+                                         "            next = Go(a: sum);"),
                     "t.hdl")
     prog = schedule(c, COMPACT)
     num = emit.choose_numerics(prog)
