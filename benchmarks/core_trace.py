@@ -6,7 +6,7 @@ the core in the reference simulator (engine ``sim``), checked against the golden
 Prints a Markdown table per program: the position, the token, the instruction it executes
 (pc and disassembly), what the step writes to the register file (the write-back of the
 previous instruction's result, carried by this token), to RAM, and which of the core's small
-state memories it sets (``pcr``, ``link``, ``prevrd``, ``pend``, ``hireg``, ...;
+state memories it sets (``pcr``, ``prevlo``, ``link``, ``pend``, ``hireg``, ...;
 core.hdl). The programs are assembled here (``cpu.isa.encode``), so the trace follows
 whatever the current core.hdl emits; docs/cpu.md ("The core") shows this output.
 
@@ -66,9 +66,9 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
 }
 
 #: the core's own state memories (core.hdl), listed by name when a step writes them
-#: (``prevkind`` and ``prevcl``, written at every step, and ``pst``, at every executing step,
-#: are left out)
-STATE = ("pcr", "prevrd", "link", "hireg", "pend", "dua", "dub", "dctl", "qs", "dval")
+#: (``prevkind`` and ``prevcl``, written at every step, and ``pst``, ``prevlo``, ``dua`` and
+#: ``dub``, at every executing step, are left out)
+STATE = ("pcr", "pcr1", "link", "hireg", "pend", "dctl", "qs", "dval")
 
 
 def machine_of(program: list[tuple[str, int, int, int, int]]) -> Machine:

@@ -43,7 +43,7 @@ def _op_name(name: str) -> str:
 
 
 def predecode(word: int, pc: int) -> tuple[int, int]:
-    """The pre-decoded words ``(code, regs)`` (ops.hdl layout) for instruction ``word`` at
+    """The pre-decoded words ``(code, codehi, regs)`` (ops.hdl layout) for instruction ``word`` at
     byte ``pc``."""
     ops = op_codes()
     d = isa.decode(word) if word else None
@@ -89,7 +89,7 @@ def predecode(word: int, pc: int) -> tuple[int, int]:
             imm = d.imm & M
             msa, msb = int(n in ("mulh", "mulhsu")), int(n == "mulh")
     rs1, rs2 = rs1 or X0_READ, rs2 or X0_READ
-    return (op | use_imm << 6 | bad << 7 | imm << 8,
+    return (op | use_imm << 6 | bad << 7 | (imm & 0xFFFF) << 8, imm >> 16,
             rd | rs1 << 5 | rs2 << 11 | msa << 17 | msb << 18)
 
 
@@ -115,7 +115,8 @@ def image_of(machine: Machine, sizes: CoreSizes = FULL) -> CoreImage:
     ram = bytes(mem[memmap.RAM_BASE:memmap.RAM_END])
     ram_words = _fit("RAM data", _words(ram), sizes.ram_words, sizes)
     decoded = [predecode(w, 4 * i) for i, w in enumerate(code)]
-    images = {"code": [c for c, _ in decoded], "regs": [r for _, r in decoded],
+    images = {"code": [c for c, _, _ in decoded], "codehi": [h for _, h, _ in decoded],
+              "regs": [r for _, _, r in decoded], "rdrom": [r & 31 for _, _, r in decoded],
               "rawcode": code, "rodata": rodata,
               "rhi": [r >> 13 for r in machine.regs] + [0] * 32,
               "rlo": [r & 0x1FFF for r in machine.regs] + [0] * 32,
