@@ -7,7 +7,8 @@ allocation, the exactness proof (``backends.exact``) and emission (``backends.em
 
 Representation. Every IR signal bit is an affine :class:`Form` over *lanes* (residual
 dimensions holding small integers, written once): ``c + sum(coef * lane)``. Token bits are
-lanes filled by the embedding; SLICE, CONCAT, CONST, NOT, constant shifts are free (they only
+lanes filled by the embedding, and so is token-only logic that memory logic reads (a token
+table, :mod:`backends.tabulate`); SLICE, CONCAT, CONST, NOT, constant shifts are free (they only
 relabel forms). Everything else becomes ReLU neurons ``relu(T)`` with ``T`` an integer form;
 an MLP computes ``silu(K*T) * (1/K)`` = relu(T) exactly. A function f of one integer form T on
 its range [lo, hi] is ``f(lo) + sum_c (D2 f)(c) * relu(T - c)`` (second differences), so every
@@ -182,10 +183,10 @@ class Lowerer:
 
     def __init__(self, circuit: Circuit, target: Target, mem_layer: dict[str, int],
                  mem_last: dict[str, int] | None = None, byte_cells: bool = True,
-                 tabulate: bool = True):
+                 tables: bool = True):
         self.c = circuit
         self.byte_cells = byte_cells
-        self.tabulate = tabulate
+        self.tables = tables
         self.target = target
         self.mem_layer = mem_layer
         self.mem_last = {m: max(mem_layer[m], (mem_last or {}).get(m, 0)) for m in mem_layer}
@@ -1019,7 +1020,7 @@ class Lowerer:
                          and c.nodes[users[n.id][0]].width == n.width}
         # nodes some memory write or the next token reads; token-only logic comes from the
         # embedding (backends.tabulate)
-        tab = tabulate.plan(c, self.tabulate)
+        tab = tabulate.plan(c, self.tables)
         self.absorbed -= set(tab.tabulated)
         self.token_fns: list[tuple[int, list[int]]] = []
         for n in c.nodes:
