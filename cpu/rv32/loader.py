@@ -6,7 +6,8 @@ emulator refuses is refused here with the same error), and :class:`CoreSizes`. G
 :class:`CoreImage`: ``images`` (memory name → words, for ``hdl.sim.Simulator(roms=...)`` and
 ``HFEngine(roms=...)``), the ``start`` token ``Jump(entry / 4)``, and the machine it came from.
 
-Pre-decoding (the word layout is in ``ops.hdl``): every code word becomes its op, rd (0 when
+Pre-decoding (the word layout is in ``ops.hdl``; four ROMs: ``code``, ``codehi``, ``regs``,
+``rdrom``): every code word becomes its op, rd (0 when
 the instruction writes no register), rs1, rs2 (a read of x0 becomes a read of entry 32) and a finished 32-bit immediate: lui/auipc's
 result, the branch/jal target byte address (and a flag when that target is misaligned or
 outside code ROM), the I/S immediate sign-extended. No tokens are spent on loading.
@@ -42,9 +43,13 @@ def _op_name(name: str) -> str:
     return "OP_" + name.upper().replace(".", "_")
 
 
-def predecode(word: int, pc: int) -> tuple[int, int]:
-    """The pre-decoded words ``(code, codehi, regs)`` (ops.hdl layout) for instruction ``word`` at
-    byte ``pc``."""
+#: the ROMs of pre-decoded words (ops.hdl), one word each per code word
+PREDECODED = ("code", "codehi", "regs", "rdrom")
+
+
+def predecode(word: int, pc: int) -> dict[str, int]:
+    """The pre-decoded words of instruction ``word`` at byte ``pc``, by ROM name
+    (:data:`PREDECODED`; ops.hdl layout)."""
     ops = op_codes()
     d = isa.decode(word) if word else None
     use_imm = bad = msa = msb = 0
@@ -89,8 +94,8 @@ def predecode(word: int, pc: int) -> tuple[int, int]:
             imm = d.imm & M
             msa, msb = int(n in ("mulh", "mulhsu")), int(n == "mulh")
     rs1, rs2 = rs1 or X0_READ, rs2 or X0_READ
-    return (op | use_imm << 6 | bad << 7 | (imm & 0xFFFF) << 8, imm >> 16,
-            rd | rs1 << 5 | rs2 << 11 | msa << 17 | msb << 18)
+    return {"code": op | use_imm << 6 | bad << 7 | (imm & 0xFFFF) << 8, "codehi": imm >> 16,
+            "regs": rd | rs1 << 5 | rs2 << 11 | msa << 17 | msb << 18, "rdrom": rd}
 
 
 def _words(mem: bytes) -> list[int]:
@@ -115,12 +120,11 @@ def image_of(machine: Machine, sizes: CoreSizes = FULL) -> CoreImage:
     ram = bytes(mem[memmap.RAM_BASE:memmap.RAM_END])
     ram_words = _fit("RAM data", _words(ram), sizes.ram_words, sizes)
     decoded = [predecode(w, 4 * i) for i, w in enumerate(code)]
-    images = {"code": [c for c, _, _ in decoded], "codehi": [h for _, h, _ in decoded],
-              "regs": [r for _, _, r in decoded], "rdrom": [r & 31 for _, _, r in decoded],
-              "rawcode": code, "rodata": rodata,
-              "rhi": [r >> 13 for r in machine.regs] + [0] * 32,
-              "rlo": [r & 0x1FFF for r in machine.regs] + [0] * 32,
-              "ramw": ram_words}
+    images = {name: [d[name] for d in decoded] for name in PREDECODED}
+    images |= {"rawcode": code, "rodata": rodata,
+               "rhi": [r >> 13 for r in machine.regs] + [0] * 32,
+               "rlo": [r & 0x1FFF for r in machine.regs] + [0] * 32,
+               "ramw": ram_words}
     if machine.pc & 3 or not 0 <= machine.pc < 4 * sizes.code_words:
         raise CoreLoadError(f"entry point 0x{machine.pc:08x} is outside core '{sizes.name}''s code ROM")
     return CoreImage(images, Token(JUMP_KIND, (machine.pc >> 2,)), machine)
