@@ -24,7 +24,8 @@ the normalised ballast ``cb = sqrt(H / n_b)`` as its bias input.
   words: sigmoid(1024 * [address's head bits = head] - 512), 1 or 0), decay 0 (a = 0,
   dt_bias = -1024), z = Z (z-gated per packed word); out_proj maps data column -> read lane
   with weight B_v * sqrt(n_bv) / (sqrt(d_v) * Vs * Z).
-- Embedding row of token (kind k, payload p): ballast, kind bits, field bits of kind k.
+- Embedding row of token (kind k, payload p): ballast, kind bits, field bits of kind k, and
+  the token tables' bits (backends.tabulate: token-only nodes evaluated on the id).
 - lm_head row: sum over the kind bits and kind k's payload bits of (2p-1)(2y-1), minus the
   payload width: the correct token scores the number of kind bits, any other at least 2 less.
 """
