@@ -23,7 +23,8 @@ diverging (position, layer, sublayer, lane) of each row is reported with the HDL
 lane carries. Each named signal's Program form is also compared with the simulator's value.
 
 Batch B runs B streams side by side (``starts``: one start token per row; default the same
-start for all). The run of a row ends after a halt token (the halt token is still fed, so
+start for all; ``roms``: each row's own memory images over the engine's, so B programs run
+in one batch). The run of a row ends after a halt token (the halt token is still fed, so
 the last step's writes are compared) or after ``steps`` steps.
 """
 from __future__ import annotations
@@ -165,9 +166,11 @@ def _want(c: Circuit, before: dict[str, list[int]], sim: Simulator,
 def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = False,
                  starts: Sequence[Token] | None = None, mem_every: int = 1,
                  max_mismatches: int = 20, lanes: bool = True,
-                 chunk: int = PREFILL_CHUNK) -> CheckReport:
+                 chunk: int = PREFILL_CHUNK,
+                 roms: Sequence[dict[str, list[int]]] | None = None) -> CheckReport:
     """Compare ``eng`` with the simulator for ``steps`` steps (see the module docstring);
-    ``lanes``: also compare every live residual lane after every sublayer."""
+    ``lanes``: also compare every live residual lane after every sublayer; ``roms``: one
+    dict of memory images per row (over the engine's own)."""
     c = eng.circuit
     if starts is None:
         if c.start is None:
@@ -178,15 +181,18 @@ def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = Fals
         raise CheckError(f"{len(starts)} start tokens for batch {batch}")
     if chunk < 1:
         raise CheckError(f"prefill chunk must be >= 1, got {chunk}")
-    sims = [Simulator(c, eng.roms) for _ in range(batch)]
+    if roms is not None and len(roms) != batch:
+        raise CheckError(f"{len(roms)} memory images for batch {batch}")
+    sims = [Simulator(c, eng.roms if roms is None else {**eng.roms, **roms[b]})
+            for b in range(batch)]
     rep = CheckReport()
     ln = _lanes(eng, lanes, rep)
     taps_ctx = eng.sublayer_taps(ln.map.tap_dims) if ln else nullcontext({})
     with taps_ctx as taps:
         if prefill:
-            _prefill(eng, sims, starts, steps, rep, ln, taps, chunk, max_mismatches)
+            _prefill(eng, sims, starts, steps, rep, ln, taps, chunk, max_mismatches, roms)
         else:
-            _decode(eng, sims, starts, steps, rep, ln, taps, mem_every, max_mismatches)
+            _decode(eng, sims, starts, steps, rep, ln, taps, mem_every, max_mismatches, roms)
     rep.mismatches = rep.mismatches[:max_mismatches]
     return rep
 
@@ -197,10 +203,11 @@ def _fmt(c: Circuit, t: Token) -> str:
 
 def _decode(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: int,
             rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor],
-            mem_every: int, max_mismatches: int) -> None:
+            mem_every: int, max_mismatches: int,
+            roms: Sequence[dict[str, list[int]]] | None) -> None:
     c = eng.circuit
     batch = len(sims)
-    cache = eng.new_cache(batch)
+    cache = eng.new_cache(batch, roms)
     cur = list(starts)
     active = [True] * batch
     for t in range(steps + 1):
@@ -234,12 +241,12 @@ def _decode(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: in
 
 def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: int,
              rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor], chunk: int,
-             max_mismatches: int) -> None:
+             max_mismatches: int, roms: Sequence[dict[str, list[int]]] | None) -> None:
     """The simulator's streams fed ``chunk`` positions per call; rows are cut to the
     shortest stream (one ends after a halt token or ``steps`` steps)."""
     c = eng.circuit
     batch = len(sims)
-    cache = eng.new_cache(batch)
+    cache = eng.new_cache(batch, roms)
     cur = list(starts)
     pos = 0
     final: list[dict[str, list[int]]] | None = None

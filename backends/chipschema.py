@@ -188,7 +188,7 @@ MARGIN = Obj({"cell_bits": NAT, "cell_max": NAT, "margin_bits": INT})
 PROOF = Obj({"max_lane": NAT, "max_pre": INT, "min_pre": INT, "neurons": NAT,
              "max_weight_bits": NAT, "max_gate_l1": NAT, "max_down_l1": NAT, "need_bits": NAT,
              "ballast_bits": INT, "mean_square_bits": INT, "rms_eps": NUM,
-             "memories": MapOf(MARGIN)})
+             "memories": MapOf(MARGIN), "prefill": BOOL}, optional=frozenset({"prefill"}))
 
 CHIP = Obj({
     "format": STR,

@@ -75,7 +75,10 @@ class Proof:
       squares by 2^ballast_bits (>= need_bits); ``mean_square_bits``: log2 of the pre-norm
       mean square ``n_b * B^2 / hidden`` (>= 4);
     - ``memories``: the value-ballast margin of each memory (:class:`MemoryMargin`);
-    - ``rms_eps``: the target's eps, which vanishes in both norms (else no proof).
+    - ``rms_eps``: the target's eps, which vanishes in both norms (else no proof);
+    - ``prefill``: whether chunked prefill is exact too (False only for byte-cell memories
+      with two-hot queries in fp32, which decode reads exactly and transformers' chunked
+      kernel does not: docs/backend.md, "Byte cells"; ``HFEngine.prefill`` refuses then).
     """
     dtype: str
     max_lane: int
@@ -90,6 +93,7 @@ class Proof:
     mean_square_bits: int
     rms_eps: float
     memories: tuple[MemoryMargin, ...] = ()
+    prefill: bool = True
 
     def record(self) -> dict[str, Any]:
         """The chip.json ``proof`` section (JSON types only)."""
@@ -109,7 +113,8 @@ class Proof:
         return (f"proof ({self.dtype}): lanes |v| <= {self.max_lane}, pre-activations "
                 f"[{self.min_pre}, {self.max_pre}], weights <= {self.max_weight_bits} "
                 f"significant bits, ballast 2^{self.ballast_bits} (needs 2^{self.need_bits})"
-                f"{mem}, eps {self.rms_eps:g} vanishes")
+                f"{mem}, eps {self.rms_eps:g} vanishes"
+                f"{'' if self.prefill else '; decode only (byte cells, two-hot queries)'}")
 
 
 @dataclass(frozen=True)
@@ -201,11 +206,9 @@ def prove(prog: Program, num, dtype: str) -> Proof:
             fail(p.writes[0].node, f"memory '{p.name}''s value-head write select is not an "
                                    f"exact 0/1 beta in {dtype}")
     margins = []
+    prefill = not (dtype == "fp32" and t.two_hot and any(p.cell > 1 for p in prog.mems.values()))
     for p in prog.mems.values():
         node = (p.reads[0].node if p.reads else p.writes[0].node) if (p.reads or p.writes) else -1
-        if p.cell > 1 and dtype == "fp32" and t.two_hot:
-            fail(node, f"memory '{p.name}' stores {p.cell}-bit cells, which fp32 chunked "
-                       f"prefill does not read exactly with two-hot queries (d_k = {t.d_k})")
         cell_max = (2 ** num.vs) * ((1 << p.cell) - 1)
         row = t.cols_per_bank * cell_max ** 2
         if num.n_bv * 4 ** num.b_v < (1 << need) * row:
@@ -225,7 +228,7 @@ def prove(prog: Program, num, dtype: str) -> Proof:
                  max_down_l1=down_l1, need_bits=need,
                  ballast_bits=_dominance(ballast, max(sumsq, 1)),
                  mean_square_bits=_dominance(ballast, num.hidden), rms_eps=float(eps),
-                 memories=tuple(margins))
+                 memories=tuple(margins), prefill=prefill)
 
 
 def beta_is_exact(dtype: str) -> bool:

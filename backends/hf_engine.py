@@ -93,27 +93,32 @@ class HFEngine:
         return self.circuit.token_from_id(tid)
 
     # ---- state ---------------------------------------------------------------------------
-    def _rom_states(self) -> dict[int, dict[int, torch.Tensor]]:
-        """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image, and
-        every paired RAM (its rows hold the ballast from the start)."""
+    def _rom_states(self, roms: dict[str, list[int]]) -> dict[int, dict[int, torch.Tensor]]:
+        """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image in
+        ``roms``, and every paired RAM (its rows hold the ballast from the start)."""
         from backends.emit import rom_state
         prog = _ProgView(self.chip)
         out: dict[int, dict[int, torch.Tensor]] = {}
         for name, m in self.chip["memories"].items():
-            words = self.roms.get(name, [])
+            words = roms.get(name, [])
             if any(words) or m.get("pair"):
                 for (layer, vh), st in rom_state(prog, _NumView(self.num), name, words).items():
                     out.setdefault(layer, {})[vh] = st
         return out
 
-    def new_cache(self, batch: int = 1) -> DynamicCache:
+    def new_cache(self, batch: int = 1,
+                  roms: Sequence[dict[str, list[int]]] | None = None) -> DynamicCache:
         """A cache whose every layer is 'started' (recurrent kernel from the first token)
-        with memory images preloaded."""
+        with memory images preloaded: the engine's images in every batch row, or row b's
+        own ``roms[b]`` (over the engine's) when ``roms`` is given, one dict per row."""
+        if roms is not None and len(roms) != batch:
+            raise ValueError(f"{len(roms)} memory images for batch {batch}")
         cfg = self.config
         cache = DynamicCache(config=cfg)
         nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
         conv_dim = 2 * cfg.linear_num_key_heads * dk + nv * dv
-        roms = self._rom_states()
+        rows = ([self._rom_states(self.roms)] * batch if roms is None else
+                [self._rom_states({**self.roms, **r}) for r in roms])
         for li, kind in enumerate(cfg.layer_types):
             if kind != "linear_attention":
                 continue
@@ -122,8 +127,9 @@ class HFEngine:
                 conv_states=torch.zeros(batch, conv_dim, cfg.linear_conv_kernel_dim, dtype=self.dtype),
                 recurrent_states=torch.zeros(batch, nv, dk, dv, dtype=torch.float32),
                 conv_kernel_size=cfg.linear_conv_kernel_dim)
-            for vh, st in roms.get(li, {}).items():
-                L.recurrent_states[0][:, vh] = st
+            for b, states in enumerate(rows):
+                for vh, st in states.get(li, {}).items():
+                    L.recurrent_states[0][b, vh] = st
             L.has_previous_state[0] = True
         return cache
 

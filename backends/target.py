@@ -37,9 +37,13 @@ class Target:
 
     Hidden width: the smallest ``n_b * 4**k`` (n_b ballast lanes, 1 <= n_b <= 64, so every
     pre-norm is an exact power of two) that is >= ``min_hidden`` and leaves room for the
-    ballast, the chip's lanes and ``base_hidden`` more dims: the base model's own block, kept
-    free so a merge (brief §5: "the hidden width grows by the chip's lanes") can put the base
-    beside the chip without moving a chip weight. ``base_hidden`` is 0 for ``compact``.
+    ballast, the chip's lanes and ``base_hidden`` more dims. Every named and config target
+    has ``base_hidden = 0``: the chip keeps its own residual stream, as in the routed merge
+    layout (the base model's layers on a residual of the base's width, the chip's on their
+    own; the only layout measured to keep the base's text logits bit-identical). A widened
+    merge (one homogeneous model whose hidden width is the base's plus the chip's lanes)
+    compiles with ``base_hidden`` set to the base's width, leaving that block free so the
+    base sits beside the chip without moving a chip weight.
     ``mlp_width`` / ``k_heads``: per-layer budgets (None = sized to fit, compact only).
     ``v_per_k``: value heads per key head (GQA group)."""
     name: str
@@ -93,8 +97,7 @@ class Target:
 
 COMPACT = Target("compact", d_k=64, d_v=64, v_per_k=1, k_heads=None, mlp_width=None,
                  min_hidden=64)
-QWEN35_4B = Target("qwen3.5-4b", d_k=128, d_v=128, v_per_k=2, k_heads=16, mlp_width=9216,
-                   base_hidden=2560)
+QWEN35_4B = Target("qwen3.5-4b", d_k=128, d_v=128, v_per_k=2, k_heads=16, mlp_width=9216)
 
 
 #: the integer fields of a Qwen3.5 text config a target reads: (lowest, highest, default);
@@ -167,8 +170,7 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
                           f"multiple of 'linear_num_key_heads' ({nk})")
     t = Target(name, d_k=v["linear_key_head_dim"], d_v=v["linear_value_head_dim"],
                v_per_k=nv // nk, k_heads=nk, mlp_width=v["intermediate_size"],
-               conv_kernel=v["linear_conv_kernel_dim"], base_hidden=v["hidden_size"],
-               rms_eps=float(eps))
+               conv_kernel=v["linear_conv_kernel_dim"], rms_eps=float(eps))
     if not any(t.d_v % n == 0 and is_power_of_4(t.d_v // n) for n in (1, 2, 3, 4)):
         raise TargetError(f"target {spec}: field 'linear_value_head_dim' ({t.d_v}) has no exact "
                           "ballast (need n * 4^k with n <= 4)")

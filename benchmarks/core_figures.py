@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from cpu.emulator import Machine  # noqa: E402
 from cpu.rv32.build import FULL, SMALL, TINY, CoreSizes, load_core  # noqa: E402
+from cpu.rv32.engines import BYTE_CELLS  # noqa: E402
 from cpu.rv32.loader import CoreLoadError, image_of  # noqa: E402
 from firmware import toolchain  # noqa: E402
 
@@ -69,7 +70,7 @@ def compile_child(sizes_name: str, target: str, dtype: str, out: str) -> None:
     circuit = load_core(SIZES[sizes_name])
     tables_refused = False
     try:                                # planned once; the table rule checked after it
-        em = plan_circuit(circuit, target, dtype, table_rule=False)
+        em = plan_circuit(circuit, target, dtype, byte_cells=BYTE_CELLS, table_rule=False)
         try:
             rules.check_tables(circuit, em.num.hidden, dtype)
         except rules.VocabularyError:

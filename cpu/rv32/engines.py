@@ -161,6 +161,13 @@ class SimCore(CoreEngine):
         return self.sim.step(tok).next
 
 
+#: The core's large ROMs store a byte per state cell in every dtype: the core runs one token
+#: per call (decode), which reads byte cells exactly; with two-hot queries (qwen3.5-4b) an
+#: fp32 checkpoint of them refuses chunked prefill (docs/backend.md, "Byte cells"), which
+#: the core never uses, and is 11 layers instead of bit cells' 34.
+BYTE_CELLS = True
+
+
 def cache_root() -> Path:
     base = os.environ.get("DELTACHIP_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "deltachip") / "cores"
@@ -198,7 +205,8 @@ def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str =
     out = compiled_core_path(sizes, target, dtype)
     if not (out / "chip.json").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress)
+        compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress,
+                       byte_cells=BYTE_CELLS)
         remove_stale_cores(sizes, target, dtype)
     return out
 

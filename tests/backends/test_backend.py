@@ -67,6 +67,26 @@ def test_prefill_and_batch(built, name, dtype):
     assert rep.ok, [str(m) for m in rep.mismatches]
 
 
+@pytest.mark.parametrize("prefill", [False, True])
+def test_each_batch_row_runs_its_own_images(built, prefill):
+    """``roms``: one image per row, over the engine's own. The ROM walk differs with the
+    image (three images, three different streams, none the chip's own), so a row that ran
+    on any image but its own would diverge from its simulator."""
+    from backends.check import CheckError, check_engine
+    from backends.hf_engine import HFEngine
+    eng = HFEngine(built("rom", "bf16"))
+    images = [{"table": [(i * k + 5) % 4096 for i in range(40)]} for k in (7, 13, 3)]
+    start = Token(0, (1, 0))
+    ends = {str(Simulator(eng.circuit, im).run(start, 12)[-1]) for im in images}
+    ends.add(str(Simulator(eng.circuit, eng.roms).run(start, 12)[-1]))
+    assert len(ends) == 4
+    rep = check_engine(eng, steps=12, batch=3, starts=[start] * 3, roms=images, prefill=prefill)
+    assert rep.ok, [str(m) for m in rep.mismatches]
+    assert rep.positions == 3 * 13
+    with pytest.raises(CheckError, match="2 memory images for batch 3"):
+        check_engine(eng, steps=4, batch=3, starts=[start] * 3, roms=images[:2])
+
+
 def test_generate_and_from_pretrained(built):
     """The checkpoint is an ordinary model: from_pretrained + generate() runs the counter."""
     from transformers import AutoModelForCausalLM

@@ -175,12 +175,12 @@ def test_many_kinds_together_cross_the_limit(tmp_path, capsys):
 
 
 def test_token_tables_too_big_for_the_target(tmp_path, capsys):
-    """A 24-bit payload fits the vocabulary, but on qwen3.5-4b shapes (hidden 2688) its
-    embedding and lm_head would take 168 GiB: refused before anything is allocated."""
+    """A 24-bit payload fits the vocabulary, but with a multiplier's lanes (hidden 320) its
+    embedding and lm_head would take 20 GiB: refused before anything is allocated."""
     p = _write(tmp_path, "circuit Tall {\n    token A(x: u24) halt;\n    start A(x: 0);\n"
-                         "    next = A(x: 1);\n}\n")
+                         "    next = A(x: tok.A.x * tok.A.x);\n}\n")
     assert main(["check-rules", str(p), "--target", "qwen3.5-4b"]) == 2
     assert capsys.readouterr().err.splitlines()[0] == (
-        f"{p}:2:5: error: the token tables would take 168.0 GiB (embedding and lm_head: "
-        "16,777,216 ids x hidden 2688 in bf16), more than 8 GiB; token kind 'A' has the widest "
+        f"{p}:2:5: error: the token tables would take 20.0 GiB (embedding and lm_head: "
+        "16,777,216 ids x hidden 320 in bf16), more than 8 GiB; token kind 'A' has the widest "
         "payload (24 bits): narrow it, or carry a wide value in two tokens")

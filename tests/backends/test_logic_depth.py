@@ -161,20 +161,45 @@ def test_byte_cell_rom_is_dense_and_exact(tmp_path, dtype, prefill):
     assert rep.ok, [str(m) for m in rep.mismatches]
 
 
-def test_byte_cells_are_refused_where_fp32_prefill_is_inexact(tmp_path):
-    from backends.exact import ExactnessError, prove
+def test_byte_cells_are_decode_only_where_fp32_prefill_is_inexact(tmp_path):
+    """At d_k = 128 a large ROM takes byte cells by default only in bf16; asked for in fp32
+    (``byte_cells=True``), the proof holds for decode and records that chunked prefill would
+    not read them exactly."""
+    from backends.exact import prove
     from backends.emit import choose_numerics
+    from backends.schedule import byte_cells_exact
     src = ROM_SRC.replace(' = "big.hex"', "").replace("u16[1024]", "u32[65536]")
     c = load_source(src, "r.hdl")
     tgt = get_target("qwen3.5-4b")
+    assert (byte_cells_exact(tgt, "bf16"), byte_cells_exact(tgt, "fp32")) == (True, False)
     assert schedule(c, tgt, byte_cells=False).mems["big"].cell == 1
     p = schedule(c, tgt)
     assert p.mems["big"].cell == 8 and p.mems["big"].kheads == 17     # 130 at 1 bit per cell
     from backends import lanes
     lanes.allocate(p)
-    prove(p, choose_numerics(p), "bf16")
-    with pytest.raises(ExactnessError, match="fp32 chunked prefill"):
-        prove(p, choose_numerics(p), "fp32")
+    assert prove(p, choose_numerics(p), "bf16").prefill
+    fp32 = prove(p, choose_numerics(p), "fp32")
+    assert not fp32.prefill and fp32.summary().endswith("; decode only (byte cells, two-hot queries)")
+
+
+def test_an_fp32_byte_cell_chip_at_dk128_decodes_exactly_and_refuses_prefill(tmp_path):
+    """Compiled so (qwen3.5-4b shapes, fp32, byte cells), the chip equals the simulator at
+    every position in decode, and prefill is refused with the reason, not run inexactly."""
+    import random
+    from backends.hf_engine import ChipDirError
+    rng = random.Random(9)
+    (tmp_path / "big.hex").write_text("\n".join(f"{rng.getrandbits(32):08x}" for _ in range(4096)))
+    (tmp_path / "r.hdl").write_text(ROM_SRC.replace("u16[1024]", "u32[4096]"))
+    from hdl.frontend import load_circuit
+    comp = compile_to_dir(load_circuit(tmp_path / "r.hdl"), tmp_path / "chip",
+                          target="qwen3.5-4b", dtype="fp32", byte_cells=True)
+    assert comp.chip["memories"]["big"]["cell_bits"] == 8
+    assert comp.chip["proof"]["prefill"] is False
+    starts = [Token(0, (v,)) for v in (7, 0xFFFF)]
+    rep = check_dir(tmp_path / "chip", steps=24, batch=2, starts=starts)
+    assert rep.ok, [str(m) for m in rep.mismatches]
+    with pytest.raises(ChipDirError, match="fp32 chunked prefill does not read exactly at d_k = 128"):
+        check_dir(tmp_path / "chip", steps=8, prefill=True)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

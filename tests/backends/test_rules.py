@@ -1,6 +1,7 @@
 """Compile-time rules: the depth rule, one write port, targets (golden error texts)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -135,13 +136,16 @@ def test_lane_reuse_keeps_results_exact(tmp_path):
 
 @pytest.mark.parametrize("lanes", [1, 11, 44, 147, 1000, 2500, 6000])
 @pytest.mark.parametrize("spec", ["compact", "qwen3.5-4b"])
-def test_hidden_width_rule(spec, lanes):
-    """The hidden width is n_b * 4^k (exact pre-norms), holds ballast + lanes, leaves the base
-    model's 2560 dims free at qwen3.5-4b, and no smaller such width would do."""
+@pytest.mark.parametrize("widened", [False, True])
+def test_hidden_width_rule(spec, lanes, widened):
+    """The hidden width is n_b * 4^k (exact pre-norms), holds ballast + lanes (and a widened
+    merge's base block when one is asked for), and no smaller such width would do."""
     from backends.target import MAX_BALLAST, is_power_of_4
     t = get_target(spec)
+    if widened:
+        t = dataclasses.replace(t, base_hidden=2560)
     h, n_b = t.hidden_for(lanes)
-    base = 2560 if spec != "compact" else 0
+    base = t.base_hidden
     assert h % n_b == 0 and is_power_of_4(h // n_b)
     assert h >= base + lanes + n_b and h >= t.min_hidden
     smaller = [nb * 4 ** k for nb in range(1, MAX_BALLAST + 1) for k in range(12)

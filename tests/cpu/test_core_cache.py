@@ -21,7 +21,7 @@ def test_compiling_a_core_removes_only_its_stale_entries(tmp_path, monkeypatch, 
         (d / "model.safetensors").write_bytes(b"x" * 1000)
     assert engines.stale_cores(TINY, "compact", "bf16") == [stale]
 
-    def fake_compile(circuit, out, target, dtype, progress=None):
+    def fake_compile(circuit, out, target, dtype, progress=None, byte_cells=None):
         out.mkdir(parents=True, exist_ok=True)
         (out / "chip.json").write_text("{}")
     monkeypatch.setattr(backends.compiler, "compile_to_dir", fake_compile)

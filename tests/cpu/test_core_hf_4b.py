@@ -1,0 +1,80 @@
+"""The full core compiled at qwen3.5-4b shapes (16 key heads x 128, 32 value heads x 128,
+MLP 9216, on the chip's own residual) in transformers, against the core in the simulator
+per position, in bf16 and fp32: every position's next token, every live residual lane after
+every sublayer, every memory every 256 positions and at each program's end. The simulator's
+run of each program is checked against the golden emulator here too (outcome and
+instruction count; per retired instruction in test_core_sim.py), so the chain is
+ref = sim = hf.
+
+The ISA suite runs as one batch, each row its own program (its own ROM images); calc runs
+several inputs as another, the shorter firmware programs a third (the longer ones take
+13,000 to 227,000 tokens: hours to days at this vocabulary's 1 G lm_head weights a token). Slow: the first run of each dtype compiles the core into the
+core cache (about a minute), then tens of minutes of decoding on a CPU
+(``pytest -m slow tests/cpu/test_core_hf_4b.py``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.check import check_engine
+from cpu.emulator import Machine
+from cpu.rv32.build import FULL
+from cpu.rv32.engines import SimCore, compiled_core
+from cpu.rv32.loader import image_of
+from firmware import toolchain
+
+ISA_TESTS = sorted(toolchain.ISA_TESTS_DIR.glob("*.S"))
+#: calc's inputs per dtype: a batch takes as long as its longest row (2**100: 4,448 tokens;
+#: every input costs at least calc's 1,100 tokens of start-up), so fp32 runs short ones
+CALC_INPUTS = {"bf16": ["2**100", "123456789*987654321-5", "1/0"],
+               "fp32": ["6*7", "1/0", "((("]}
+TARGET = "qwen3.5-4b"
+
+#: the shipped programs per dtype, shortest first (product 260 tokens ... crc32 3,921)
+FIRMWARE = {"bf16": ["product", "sum", "hello", "crc32"], "fp32": ["product", "sum", "hello"]}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", params=["bf16", "fp32"])
+def engine(request):
+    from backends.hf_engine import HFEngine
+    return HFEngine(compiled_core(FULL, TARGET, request.param), request.param)
+
+
+def _check_batch(eng, machines: list) -> None:
+    """Each machine's program on its own batch row: sim = ref on the outcome, hf = sim at
+    every position until each row's halt token."""
+    images, tokens = [], []
+    for make in machines:
+        want = make().run(10**6)
+        sim = SimCore(image_of(make(), FULL))
+        got = sim.run(10**6)
+        assert (got.exit_code, got.output, got.instructions, str(got.fault)) == \
+            (want.exit_code, want.output, want.instructions, str(want.fault))
+        images.append(image_of(make(), FULL))
+        tokens.append(sim.reader.tokens)
+    rep = check_engine(eng, steps=max(tokens), batch=len(images),
+                       starts=[im.start for im in images], roms=[im.images for im in images],
+                       mem_every=256)
+    assert rep.ok, "\n".join(map(str, rep.mismatches))
+    assert rep.positions == sum(tokens)          # every row ran to its halt token
+
+
+def test_isa_suite(engine, tmp_path: Path):
+    elfs = [toolchain.build([s], tmp_path / f"{s.stem}.elf") for s in ISA_TESTS]
+    _check_batch(engine, [lambda e=e: Machine.from_elf(e) for e in elfs])
+
+
+def test_calc(engine, tmp_path: Path):
+    elf = toolchain.build(toolchain.shipped_programs()["calc"], tmp_path / "calc.elf")
+    _check_batch(engine, [lambda t=t: Machine.from_elf(elf, t.encode())
+                          for t in CALC_INPUTS[engine.dtype_name]])
+
+
+def test_firmware(engine, tmp_path: Path):
+    progs = toolchain.shipped_programs()
+    elfs = [toolchain.build(progs[n], tmp_path / f"{n}.elf") for n in FIRMWARE[engine.dtype_name]]
+    _check_batch(engine, [lambda e=e: Machine.from_elf(e) for e in elfs])
