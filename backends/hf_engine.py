@@ -31,6 +31,11 @@ from backends.numbers import DTYPES
 from backends.program import MemPlan, head_cell
 
 
+#: bits per int64 limb when words are read back from the recurrent state (a word of any
+#: width is its limbs; 48 leaves room for a shifted 8-bit cell)
+LIMB_BITS = 48
+
+
 class HFEngine:
     """A compiled chip loaded into transformers (see the module docstring)."""
 
@@ -190,7 +195,7 @@ class HFEngine:
         for name, p in prog.mems.items():
             P = p.per_row
             nrows = -(-p.depth // P)
-            words = torch.zeros(nrows, P, dtype=torch.int64)
+            limbs = torch.zeros(-(-p.width // LIMB_BITS), nrows, P, dtype=torch.int64)
             bad = torch.zeros(nrows, P, dtype=torch.bool)
             for rb in range(p.rowblocks):
                 lo, hi = rb * p.rows, min(nrows, (rb + 1) * p.rows)
@@ -207,10 +212,16 @@ class HFEngine:
                             c = cells[r0:r0 + hi - lo, j]
                             ci = c.round()
                             bad[lo:hi, wi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))
-                            words[lo:hi, wi] |= ci.clamp(0, (1 << nb) - 1).long() << b0
-            flat = words.view(-1)[:p.depth].tolist()
+                            cv = ci.clamp(0, (1 << nb) - 1).long()
+                            k, sh = divmod(b0, LIMB_BITS)
+                            limbs[k, lo:hi, wi] |= (cv << sh) & ((1 << LIMB_BITS) - 1)
+                            if sh + nb > LIMB_BITS:         # the cell crosses into the next limb
+                                limbs[k + 1, lo:hi, wi] |= cv >> (LIMB_BITS - sh)
+            flat = [lb.view(-1)[:p.depth].tolist() for lb in limbs]
+            words = flat[0] if len(flat) == 1 else \
+                [sum(x << (LIMB_BITS * k) for k, x in enumerate(ws)) for ws in zip(*flat)]
             badw = bad.view(-1)[:p.depth].tolist()
-            res[name] = [None if b else int(w) for w, b in zip(flat, badw)]
+            res[name] = [None if b else int(w) for w, b in zip(words, badw)]
         return res
 
     def byte_cells_inexact(self) -> bool:

@@ -87,6 +87,35 @@ def test_each_batch_row_runs_its_own_images(built, prefill):
         check_engine(eng, steps=4, batch=3, starts=[start] * 3, roms=images[:2])
 
 
+WIDE_SRC = """
+circuit Wide {
+    token T(x: u8);
+    start T(x: 200);
+    ram m: u64[4];
+    let x = tok.T.x;
+    m[x[1:0]] <= {x, x, x, x, x, x, x, x};
+    let w = m[x[3:2]];
+    next = T(x: x + 37 ^ w[63:56]);
+}
+"""
+
+
+def test_64_bit_words_read_back_unsigned(tmp_path):
+    """A word with bit 63 set is read back from the recurrent state as the simulator holds
+    it (the words are assembled in 48-bit limbs, not one signed int64)."""
+    from hdl.frontend import load_source
+    c = load_source(WIDE_SRC, "wide.hdl")
+    sim = Simulator(c)
+    tok = c.start
+    for _ in range(12):
+        tok = sim.step(tok).next
+    assert max(sim.memory("m")) >= 1 << 63
+    compile_to_dir(c, tmp_path / "chip", dtype="bf16")
+    rep = check_dir(tmp_path / "chip", steps=12)
+    assert rep.ok, [str(m) for m in rep.mismatches]
+    assert rep.memory_checks == 13
+
+
 def test_generate_and_from_pretrained(built):
     """The checkpoint is an ordinary model: from_pretrained + generate() runs the counter."""
     from transformers import AutoModelForCausalLM
