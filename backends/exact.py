@@ -43,6 +43,7 @@ from common.errors import UserError
 from common.kinds import DType
 from backends.program import Allocated, Form, Program
 from backends.numbers import DTYPES, sig_bits
+from backends.schedule import byte_cells_exact
 
 
 class ExactnessError(UserError):
@@ -206,7 +207,8 @@ def prove(prog: Program, num, dtype: str) -> Proof:
             fail(p.writes[0].node, f"memory '{p.name}''s value-head write select is not an "
                                    f"exact 0/1 beta in {dtype}")
     margins = []
-    prefill = not (dtype == "fp32" and t.two_hot and any(p.cell > 1 for p in prog.mems.values()))
+    prefill = byte_cells_exact(t, str(DType.parse(dtype).value)) or \
+        all(p.cell == 1 for p in prog.mems.values())
     for p in prog.mems.values():
         node = (p.reads[0].node if p.reads else p.writes[0].node) if (p.reads or p.writes) else -1
         cell_max = (2 ** num.vs) * ((1 << p.cell) - 1)

@@ -227,8 +227,9 @@ class HFEngine:
     def byte_cells_inexact(self) -> bool:
         """True when this engine's fp32 chunked prefill cannot be exact: byte-cell memories
         with two-hot queries (d_k not a power of 4) in fp32 (docs/backend.md, "Memories")."""
-        from backends.target import is_power_of_4
-        return (self.dtype_name == "fp32" and not is_power_of_4(self.tgt["d_k"]) and
+        from backends.schedule import byte_cells_exact
+        from backends.target import Target
+        return (not byte_cells_exact(Target(**self.tgt), self.dtype_name) and
                 any(m.get("cell_bits", 1) > 1 for m in self.chip["memories"].values()))
 
 
