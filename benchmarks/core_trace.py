@@ -68,7 +68,7 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
 #: the core's own state memories (core.hdl), listed by name when a step writes them
 #: (``prevkind`` and ``prevcl``, written at every step, and ``pst``, ``prevlo``, ``dua`` and
 #: ``dub``, at every executing step, are left out)
-STATE = ("pcr", "pcr1", "link", "hireg", "pend", "dctl", "qs", "dval")
+STATE = ("pcr", "nx", "link", "hireg", "pend", "dctl", "qs", "dval")
 
 
 def machine_of(program: list[tuple[str, int, int, int, int]]) -> Machine:

@@ -3,11 +3,12 @@
 :class:`TraceReader` is fed the tokens one by one (``feed``) and keeps what a ``deltachip
 run`` engine reports: the instructions retired, the UART bytes, and the exit code or the
 fault. It does no arithmetic the core should do: the pc it reports for an instruction is the
-protocol's own (the last Jump's 8-word block and the Step's lo), the values come from the tokens.
+protocol's own (the current 8-word block: the last Jump's, or the one after it once a Next
+ran; and the Step's lo), the values come from the tokens.
 
 Kinds (core.hdl): Jump(pc), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
-Fault(cause), End(v), DivStep(i, v), Fix(v).
-An executing token (Jump, Step, Out with go = 1) is one instruction; it retires (and is
+Fault(cause), End(v), DivStep(i, v), Fix(v), Next(keep, v).
+An executing token (Jump, Step, Next, Out with go = 1) is one instruction; it retires (and is
 counted when the next token arrives) unless the next token is a Fault. Fault(cause) →
 Half(hi) → End(lo) gives the fault's value; Half(hi) → End(lo) after an instruction is the
 exit code (hi: the upper 18 bits, lo: the lower 14).
@@ -20,12 +21,12 @@ from cpu import memmap
 from cpu.emulator import Fault, FaultCause, fault_of
 from hdl.ir import Token
 
-JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX = range(9)
+JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT = range(10)
 
 
 def executes(tok: Token) -> bool:
-    """True for a token that executes an instruction (Jump, Step, Out with go = 1)."""
-    return tok.kind in (JUMP, STEP) or (tok.kind == OUT and tok.fields[1] != 0)
+    """True for a token that executes an instruction (Jump, Step, Next, Out with go = 1)."""
+    return tok.kind in (JUMP, STEP, NEXT) or (tok.kind == OUT and tok.fields[1] != 0)
 CAUSES = list(FaultCause)
 
 
@@ -44,6 +45,7 @@ class TraceReader:
     exit_code: int | None = None
     fault: Fault | None = None
     pcr: int = 0
+    nx: int = 0                      # 1 once a Next ran since the last Jump
     last_pc: int | None = None       # byte pc of the last executing token
     _prev: Token | None = None
     _fault_cause: int | None = None
@@ -58,8 +60,10 @@ class TraceReader:
         """The byte pc an executing token runs (None for the others)."""
         if tok.kind == JUMP:
             return tok.fields[0] << 2
+        if tok.kind == NEXT:
+            return ((self.pcr & ~7) + 8) << 2
         if executes(tok):
-            return ((self.pcr & ~7) | tok.fields[0]) << 2
+            return ((self.pcr & ~7) + 8 * self.nx + tok.fields[0]) << 2
         return None
 
     def feed(self, tok: Token) -> None:
@@ -82,7 +86,9 @@ class TraceReader:
         if executes(tok):
             self.last_pc = self.pc_of(tok)
             if tok.kind == JUMP:
-                self.pcr = tok.fields[0]
+                self.pcr, self.nx = tok.fields[0], 0
+            elif tok.kind == NEXT:
+                self.nx = 1
         if tok.kind == HALF:
             self._hi = tok.fields[0]
         elif tok.kind == END:

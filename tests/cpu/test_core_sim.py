@@ -274,27 +274,31 @@ def test_loads_from_code_rom(shift):
     assert eng.reader.exit_code == -123
 
 
-def test_a_result_ending_a_block_that_fits_a_step_takes_a_lo_alone():
-    """A result at word 7 of a block that a Step could carry (13 bits signed, or rd's upper
-    19 bits kept) is written back by a Lo with no Half before it, then Jump; ref agrees.
-    A wide one there still takes Half + Lo."""
+def test_a_result_ending_a_block_takes_a_next_once_per_jump_then_a_lo():
+    """A result at word 7 of the last Jump's block that a Step could carry (13 bits signed,
+    or rd's upper 19 bits kept) is written back by a Next, which runs word 0 of the next
+    block; at the end of that block (a Next ran since the Jump) by a Lo, then Jump. A wide
+    one takes a Half first. ref agrees on every retired instruction."""
     nop = ("addi", 0, 0, 0, 0)
     body = li(9, 0x7FFF1234) + [nop] * 5 + [("addi", 10, 0, 0, -5)]    # word 7: small
     body += [nop] * 7 + [("addi", 9, 9, 0, 1)]                        # word 15: keeps
     body += [nop] * 7 + [("lui", 11, 0, 0, 0xABCDE)]                  # word 23: wide
+    body += [nop] * 7 + [("lui", 12, 0, 0, 0x12345)]                  # word 31: wide
     make = lambda: _machine(body, "exit", [0] * 31)
     diffs, eng = compare(make)
     assert not diffs, "\n".join(diffs)
     from cpu.rv32.engines import SimCore
     from cpu.rv32.loader import image_of
-    from cpu.rv32.protocol import HALF, JUMP, LO, STEP
+    from cpu.rv32.protocol import HALF, JUMP, LO, NEXT, STEP
     core = SimCore(image_of(make()))
     stream = [core.cur]
-    while len(stream) < 40:
+    while len(stream) < 45:
         stream.append(core._step(stream[-1]))
-    los = [(stream[i - 1].kind, stream[i + 1].kind) for i, t in enumerate(stream) if t.kind == LO]
-    keeps = [t.fields[0] >> 13 for t in stream if t.kind == LO]
-    assert los[:3] == [(STEP, JUMP), (STEP, JUMP), (HALF, JUMP)]
+    ends = [(stream[i - 1].kind, t.kind, stream[i + 1].kind)
+            for i, t in enumerate(stream) if t.kind in (LO, NEXT)]
+    assert ends[:4] == [(STEP, NEXT, STEP), (STEP, LO, JUMP), (HALF, NEXT, STEP), (HALF, LO, JUMP)]
+    keeps = [t.fields[0] if t.kind == NEXT else t.fields[0] >> 13
+             for t in stream if t.kind in (LO, NEXT)]
     assert keeps[:2] == [0, 1]
 
 
