@@ -26,20 +26,20 @@ from cpu.rv32.engines import SimCore, compiled_core
 from cpu.rv32.loader import image_of
 from firmware import toolchain
 
-#: the ISA programs per dtype: every one in bf16 (rv32m_div is the longest, 2,156 tokens;
+#: the ISA programs per dtype: every one in bf16 (rv32m_div is the longest, 2,118 tokens;
 #: about 40 min on a 2-core machine); in fp32, whose steps take about twice as long, those of
 #: at most 600 tokens (8 of 14: RV32I arithmetic, branches, compares, fence, jumps,
 #: registers, stores, upper immediates)
 ISA_BY_DTYPE = {"bf16": sorted(p.stem for p in toolchain.ISA_TESTS_DIR.glob("*.S")),
                 "fp32": ["rv32i_arith", "rv32i_branch", "rv32i_compare", "rv32i_fence",
                          "rv32i_jump", "rv32i_registers", "rv32i_store", "rv32i_upper"]}
-#: calc's inputs per dtype: a batch takes as long as its longest row (2**100: 4,448 tokens;
+#: calc's inputs per dtype: a batch takes as long as its longest row (2**100: 4,162 tokens;
 #: every input costs at least calc's 1,100 tokens of start-up), so fp32 runs short ones
 CALC_INPUTS = {"bf16": ["2**100", "123456789*987654321-5", "1/0"],
                "fp32": ["6*7", "1/0", "((("]}
 TARGET = "qwen3.5-4b"
 
-#: the shipped programs per dtype, shortest first (product 260 tokens ... crc32 3,921)
+#: the shipped programs per dtype, shortest first (product 251 tokens ... crc32 3,548)
 FIRMWARE = {"bf16": ["product", "sum", "hello", "crc32"], "fp32": ["product", "sum", "hello"]}
 
 pytestmark = pytest.mark.slow
