@@ -13,7 +13,8 @@ Modes:
   at the end.
 - prefill: the simulator's token stream is fed in calls of at most ``chunk`` positions (the
   cache carries over, so memory stays bounded however many steps are asked for); every
-  position's argmax must be the next token, and the final state must hold the final memories.
+  position's argmax must be the next token, and the state after each call must hold the
+  memories as decode defines them for its last position.
 
 Lanes (``lanes=True``, the default, when chip.json has a lane map): at every position, after
 every sublayer (each layer's GDN and its MLP), every live residual lane must hold exactly the
@@ -243,28 +244,31 @@ def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: i
              rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor], chunk: int,
              max_mismatches: int, roms: Sequence[dict[str, list[int]]] | None) -> None:
     """The simulator's streams fed ``chunk`` positions per call; rows are cut to the
-    shortest stream (one ends after a halt token or ``steps`` steps)."""
+    shortest stream (one ends after a halt token or ``steps`` steps). The memories are
+    compared after every call, at its last position."""
     c = eng.circuit
     batch = len(sims)
     cache = eng.new_cache(batch, roms)
     cur = list(starts)
     pos = 0
-    final: list[dict[str, list[int]]] | None = None
-    while final is None and len(rep.mismatches) < max_mismatches:
+    done = False
+    while not done and len(rep.mismatches) < max_mismatches:
         pos0 = pos
         toks: list[list[Token]] = [[] for _ in range(batch)]
         vals: list[list[Sequence[int] | None]] = [[] for _ in range(batch)]
         nexts: list[list[Token]] = [[] for _ in range(batch)]
-        while pos - pos0 < chunk and final is None:
-            last = pos == steps or any(c.kinds[t.kind].halt for t in cur)
-            before = [sim.memories for sim in sims] if last else []
+        wants: list[dict[str, list[int]]] = []
+        while pos - pos0 < chunk and not done:
+            done = pos == steps or any(c.kinds[t.kind].halt for t in cur)
+            at_end = done or pos - pos0 == chunk - 1
+            before = [sim.memories for sim in sims] if at_end else []
             for b in range(batch):
                 toks[b].append(cur[b])
-                r = _step(sims[b], cur[b], ln is not None, last)
-                if last:    # the memories after the steps that fed this position
-                    final = (final or []) + [_want(c, before[b], sims[b], r is not None)]
+                r = _step(sims[b], cur[b], ln is not None, done)
+                if at_end:  # the memories after the steps that fed this position
+                    wants.append(_want(c, before[b], sims[b], r is not None))
                 vals[b].append(r.values if r is not None else None)
-                if not last:
+                if not done:
                     nexts[b].append(r.next)
                     cur[b] = r.next
             pos += 1
@@ -280,11 +284,9 @@ def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: i
                 n = sum(v is not None for v in vals[b])     # the last one may be missing
                 ln.compare(b, pos0, toks[b][:n], vals[b][:n],
                            [taps[s][b, :n] for s in range(len(taps))])
-    rep.positions = pos * batch
-    if final is not None:
-        for b in range(batch):
-            rep.mismatches += _mem_diff(c, b, pos - 1, final[b], eng.read_memories(cache, b))
+            rep.mismatches += _mem_diff(c, b, pos - 1, wants[b], eng.read_memories(cache, b))
             rep.memory_checks += 1
+    rep.positions = pos * batch
 
 
 def _fmt_id(eng: HFEngine, tid: int) -> str:

@@ -35,6 +35,7 @@ from transformers.utils import logging as hf_logging
 sys.path.insert(0, str(Path(__file__).parent))
 import wrappers  # noqa: E402
 
+from backends.check import PREFILL_CHUNK  # noqa: E402
 from hdl.ir import Circuit, Token  # noqa: E402
 
 hf_logging.disable_progress_bar()
@@ -154,7 +155,8 @@ def test_matrix(compiled, cid, target, dtype, mode, batch):
     if mode == "decode":
         assert rep.memory_checks == rep.positions
     else:
-        assert rep.positions % batch == 0 and rep.memory_checks == batch
+        calls = -(-rep.positions // batch // PREFILL_CHUNK)
+        assert rep.positions % batch == 0 and rep.memory_checks == batch * calls
 
 
 # ---- the wrappers themselves (simulator only) -------------------------------------------
