@@ -1,15 +1,22 @@
-"""Lock-step comparison of the core (engine ``sim``) with the golden emulator (``ref``).
+"""Lock-step comparison of the core (engine ``sim``) with the golden emulator (``ref``), and
+of the compiled core (``hf``) with ``sim``.
 
 ``compare(machine_factory, sizes)`` runs the same loaded program on both, with retire
 records, and returns a list of differences (empty when they agree): every record (pc, insn,
 rd and its value, data access, next pc), the register writes the core made later through its
 tokens (``SimCore.wb_mismatches``), the outcome (exit code, output, fault text, instruction
 count) and at the end the register file and RAM contents.
+
+``check_in_prefill(eng, machine_factory, lanes_below)`` asserts sim = ref on the outcome,
+then feeds sim's whole token stream through the compiled core ``eng`` (chunked prefill) and
+asserts its argmax is sim's next token at every position and its memories sim's after every
+chunk; returns the number of positions.
 """
 from __future__ import annotations
 
 from typing import Callable
 
+from backends.check import PREFILL_CHUNK, check_engine
 from cpu import memmap
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL, CoreSizes
@@ -58,3 +65,22 @@ def compare(make: Callable[[], Machine], sizes: CoreSizes = FULL, max_steps: int
         diffs.append(f"RAM differs first at offset 0x{first:x}")
     del ref
     return diffs, eng
+
+
+def check_in_prefill(eng, make: Callable[[], Machine], lanes_below: int = 10**9) -> int:
+    """See the module docstring; ``eng`` is a loaded :class:`backends.hf_engine.HFEngine` of
+    the full core; lanes are compared when the stream is shorter than ``lanes_below``."""
+    want = make().run(10**7)
+    sim = SimCore(image_of(make(), FULL))
+    got = sim.run(10**7)
+    assert (got.exit_code, got.output, got.instructions, str(got.fault)) == \
+        (want.exit_code, want.output, want.instructions, str(want.fault))
+    tokens = sim.reader.tokens
+    image = image_of(make(), FULL)
+    rep = check_engine(eng, steps=tokens, prefill=True, starts=[image.start],
+                       roms=[image.images], lanes=tokens < lanes_below)
+    assert rep.ok, "\n".join(rep.problems())
+    assert rep.positions == tokens                   # to the halt token
+    assert rep.memory_checks == -(-tokens // PREFILL_CHUNK)
+    assert rep.lane_checks > 0 or tokens >= lanes_below
+    return tokens

@@ -8,6 +8,10 @@ The default run uses the TINY core (cpu/rv32/build.py: the same circuit with 2 K
 Zba, multiply, a multi-token division, loads and stores of every width, the UART, taken and
 not-taken branches, jal/jalr, results that need a Half, loads from code ROM, and the exit
 ecall.
+
+The full core on the compact target runs the ISA suite and the short firmware programs
+teacher-forced (chunked prefill: every position's next token, every memory after every
+chunk, every lane), a few minutes after its compile into the cache.
 """
 from __future__ import annotations
 
@@ -16,9 +20,11 @@ import pytest
 from backends.check import check_engine
 from cpu import isa, memmap
 from cpu.emulator import Machine
-from cpu.rv32.build import TINY
+from core_check import check_in_prefill
+from cpu.rv32.build import FULL, TINY
 from cpu.rv32.engines import HFCore, compiled_core
 from cpu.rv32.loader import image_of
+from firmware import toolchain
 
 RAM = memmap.RAM_BASE
 PROGRAM = [
@@ -92,6 +98,29 @@ def test_hf_outcome_equals_ref(tiny_checkpoint):
     stats = core.stats()
     assert stats["layers"] > 0 and stats["tokens"] > got.instructions
     assert 0 < stats["nonzero_weights"] < stats["nonzero_vocab_weights"]
+
+
+ISA_TESTS = sorted(p.stem for p in toolchain.ISA_TESTS_DIR.glob("*.S"))
+#: the shipped programs of at most 1,600 tokens (product 251, sum 592, hello 1,588)
+SHORT_FIRMWARE = ["product", "sum", "hello"]
+
+
+@pytest.fixture(scope="module")
+def full_compact():
+    from backends.hf_engine import HFEngine
+    return HFEngine(compiled_core(FULL, "compact", "bf16"), "bf16")
+
+
+@pytest.mark.parametrize("name", ISA_TESTS)
+def test_full_core_runs_the_isa_suite(full_compact, name, tmp_path):
+    elf = toolchain.build([toolchain.ISA_TESTS_DIR / f"{name}.S"], tmp_path / f"{name}.elf")
+    check_in_prefill(full_compact, lambda: Machine.from_elf(elf))
+
+
+@pytest.mark.parametrize("name", SHORT_FIRMWARE)
+def test_full_core_runs_short_firmware(full_compact, name, firmware_elf):
+    elf = firmware_elf(name)
+    check_in_prefill(full_compact, lambda: Machine.from_elf(elf))
 
 
 @pytest.mark.slow

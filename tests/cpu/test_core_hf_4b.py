@@ -8,9 +8,11 @@ ref = sim = hf.
 
 The ISA suite runs as one batch, each row its own program (its own ROM images); calc runs
 several inputs as another, the shorter firmware programs a third (the longer ones take
-13,000 to 227,000 tokens: hours to days on a CPU, where every token runs the 1 G weights of
-the lm_head). Slow: the first run of each dtype compiles the core into the core cache
-(about a minute), then tens of minutes of decoding per test
+12,000 to 217,000 tokens: hours to days of decoding on a CPU, where every token runs the
+1 G weights of the lm_head). Every shipped program, the long ones too, runs teacher-forced
+in bf16: the simulator's token stream through the model in chunked prefill, which a CPU
+runs about 25 times faster per position than decode. Slow: the first run of each dtype
+compiles the core into the core cache (about a minute), then tens of minutes per test
 (``pytest -m slow tests/cpu/test_core_hf_4b.py``).
 """
 from __future__ import annotations
@@ -19,20 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from backends.check import PREFILL_CHUNK, check_engine
+from backends.check import check_engine
+from core_check import check_in_prefill
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL
 from cpu.rv32.engines import SimCore, compiled_core
 from cpu.rv32.loader import image_of
 from firmware import toolchain
 
-#: the ISA programs per dtype: every one in bf16 (rv32m_div is the longest, 2,118 tokens;
-#: about 40 min on a 2-core machine); in fp32, whose steps take about twice as long, those of
-#: at most 600 tokens (8 of 14: RV32I arithmetic, branches, compares, fence, jumps,
-#: registers, stores, upper immediates)
-ISA_BY_DTYPE = {"bf16": sorted(p.stem for p in toolchain.ISA_TESTS_DIR.glob("*.S")),
-                "fp32": ["rv32i_arith", "rv32i_branch", "rv32i_compare", "rv32i_fence",
-                         "rv32i_jump", "rv32i_registers", "rv32i_store", "rv32i_upper"]}
+#: the ISA programs, in both dtypes: one batch, as long as its longest row (rv32m_div, 2,118
+#: tokens: about 40 min in bf16 and an hour in fp32, whose steps read the 11 GB checkpoint,
+#: on a 2-core machine)
+ISA = sorted(p.stem for p in toolchain.ISA_TESTS_DIR.glob("*.S"))
 #: calc's inputs per dtype: a batch takes as long as its longest row (2**100: 4,162 tokens;
 #: every input costs at least calc's 1,100 tokens of start-up), so fp32 runs short ones
 CALC_INPUTS = {"bf16": ["2**100", "123456789*987654321-5", "1/0"],
@@ -76,7 +76,7 @@ def _check_batch(eng, machines: list) -> None:
 
 def test_isa_suite(engine, tmp_path: Path):
     elfs = [toolchain.build([toolchain.ISA_TESTS_DIR / f"{n}.S"], tmp_path / f"{n}.elf")
-            for n in ISA_BY_DTYPE[engine.dtype_name]]
+            for n in ISA]
     _check_batch(engine, [lambda e=e: Machine.from_elf(e) for e in elfs])
 
 
@@ -107,18 +107,7 @@ def test_every_program_in_prefill(bf16_engine, name: str, tmp_path: Path):
     over the positions, greedy decoding then emits the same stream (decode itself is checked
     on the shorter programs above: prefill and decode run different GDN kernels, both proven
     exact for this chip). Lanes too on programs under LANES_BELOW tokens. About 10 ms per
-    position without lanes on a 2-core machine: 331,229 positions, about 1.5 hours."""
+    position without lanes on a 2-core machine: 331,229 positions, about an hour."""
     elf = toolchain.build(toolchain.shipped_programs()[name], tmp_path / f"{name}.elf")
     text = b"2**100" if name == "calc" else None
-    want = Machine.from_elf(elf, text).run(10**7)
-    sim = SimCore(image_of(Machine.from_elf(elf, text), FULL))
-    got = sim.run(10**7)
-    assert (got.exit_code, got.output, got.instructions, str(got.fault)) == \
-        (want.exit_code, want.output, want.instructions, str(want.fault))
-    assert got.exit_code == 0 and got.fault is None
-    image = image_of(Machine.from_elf(elf, text), FULL)
-    rep = check_engine(bf16_engine, steps=sim.reader.tokens, prefill=True, starts=[image.start],
-                       roms=[image.images], lanes=sim.reader.tokens < LANES_BELOW)
-    assert rep.ok, "\n".join(rep.problems())
-    assert rep.positions == sim.reader.tokens      # to the halt token
-    assert rep.memory_checks == -(-rep.positions // PREFILL_CHUNK)
+    check_in_prefill(bf16_engine, lambda: Machine.from_elf(elf, text), LANES_BELOW)
