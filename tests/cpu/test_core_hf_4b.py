@@ -11,7 +11,7 @@ several inputs as another, the shorter firmware programs a third (the longer one
 12,000 to 217,000 tokens: hours to days of decoding on a CPU, where every token runs the
 1 G weights of the lm_head). Every shipped program, the long ones too, runs teacher-forced
 in bf16: the simulator's token stream through the model in chunked prefill, which a CPU
-runs about 25 times faster per position than decode. Slow: the first run of each dtype
+runs about 30 times faster per position than decode. Slow: the first run of each dtype
 compiles the core into the core cache (about a minute), then tens of minutes per test
 (``pytest -m slow tests/cpu/test_core_hf_4b.py``).
 """
@@ -106,8 +106,8 @@ def test_every_program_in_prefill(bf16_engine, name: str, tmp_path: Path):
     be the simulator's next token; every memory is compared after every chunk. By induction
     over the positions, greedy decoding then emits the same stream (decode itself is checked
     on the shorter programs above: prefill and decode run different GDN kernels, both proven
-    exact for this chip). Lanes too on programs under LANES_BELOW tokens. About 10 ms per
-    position without lanes on a 2-core machine: 331,229 positions, about an hour."""
+    exact for this chip). Lanes too on programs under LANES_BELOW tokens. About 9 ms per
+    position without lanes on a 2-core machine: 331,229 positions, about an hour alone."""
     elf = toolchain.build(toolchain.shipped_programs()[name], tmp_path / f"{name}.elf")
     text = b"2**100" if name == "calc" else None
     check_in_prefill(bf16_engine, lambda: Machine.from_elf(elf, text), LANES_BELOW)
