@@ -207,6 +207,11 @@ def shipped_programs() -> dict[str, list[Path]]:
     return programs
 
 
+def isa_programs() -> list[str]:
+    """The ISA suite's program names (``firmware/isa_tests/*.S``), sorted."""
+    return sorted(p.stem for p in ISA_TESTS_DIR.glob("*.S"))
+
+
 def describe(source: Path) -> str:
     """The first sentence of a source file's leading ``/* ... */`` comment ('' if none)."""
     text = Path(source).read_text(errors="replace").lstrip()

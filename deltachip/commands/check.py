@@ -31,11 +31,11 @@ EPILOG = """examples:
 Decode (default) is greedy: each next token is the model's argmax, fed back. --prefill feeds
 the simulator's token stream in calls of at most 2048 positions (the cache carries over) and
 compares every position's argmax. Memories are compared after every position in decode
-(--mem-every N: every N positions and at the end), after every call in prefill. Lanes: after each layer's GDN and MLP sublayer, every live
-lane must equal its designed value (the compiled program's neurons evaluated on the
-simulator's traced memory reads); the first diverging lane of each row is printed as
-`LANE position P: layer L GDN|MLP: lane ... carrying bit B of signal `s` (op at
-file:line:col): designed D, model M`. --no-lanes compares tokens and memories only.
+(--mem-every N: every N positions and at the end), after every call in prefill. Lanes: after
+each layer's GDN and MLP sublayer, every live lane must equal its designed value (the
+compiled program's neurons evaluated on the simulator's traced memory reads); the first
+diverging lane of each row is printed as `LANE position P: layer L GDN|MLP: lane ...
+carrying bit B of signal `s` (op at file:line:col): designed D, model M`. --no-lanes compares tokens and memories only.
 """
 
 

@@ -100,7 +100,7 @@ def test_hf_outcome_equals_ref(tiny_checkpoint):
     assert 0 < stats["nonzero_weights"] < stats["nonzero_vocab_weights"]
 
 
-ISA_TESTS = sorted(p.stem for p in toolchain.ISA_TESTS_DIR.glob("*.S"))
+ISA_TESTS = toolchain.isa_programs()
 #: the shipped programs of at most 1,600 tokens (product 251, sum 592, hello 1,588)
 SHORT_FIRMWARE = ["product", "sum", "hello"]
 

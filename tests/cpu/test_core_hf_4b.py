@@ -32,7 +32,7 @@ from firmware import toolchain
 #: the ISA programs, in both dtypes: one batch, as long as its longest row (rv32m_div, 2,118
 #: tokens: about 40 min in bf16 and an hour in fp32, whose steps read the 11 GB checkpoint,
 #: on a 2-core machine)
-ISA = sorted(p.stem for p in toolchain.ISA_TESTS_DIR.glob("*.S"))
+ISA = toolchain.isa_programs()
 #: calc's inputs per dtype: a batch takes as long as its longest row (2**100: 4,162 tokens;
 #: every input costs at least calc's 1,100 tokens of start-up), so fp32 runs short ones
 CALC_INPUTS = {"bf16": ["2**100", "123456789*987654321-5", "1/0"],
