@@ -70,15 +70,59 @@ def load_core(sizes: CoreSizes = FULL) -> Circuit:
 
 
 def core_hash(sizes: CoreSizes = FULL) -> str:
-    """A digest of the core's source files (cpu/rv32/*.hdl, the stdlib), its sizes and the
-    compiler that turns them into weights (hdl/ and backends/), so a cached checkpoint is
-    rebuilt whenever any of them changes."""
+    """A digest of what goes into the compiled core's weights: the core's source files
+    (cpu/rv32/*.hdl, the stdlib), its sizes, and the compiler that turns them into weights
+    (:func:`compiler_files`: ``backends.compiler``, the elaborator and every project module
+    they import, the grammar beside them). Engines and tools that only run or read a checkpoint are not in
+    it, so editing them keeps the cached core."""
     h = hashlib.sha256(sizes.name.encode())
-    files = (sorted(CORE_DIR.glob("*.hdl")) + sorted(_STDLIB.glob("*.hdl"))
-             + sorted((_ROOT / "hdl").rglob("*.py")) + sorted((_ROOT / "backends").rglob("*.py")))
+    files = sorted(CORE_DIR.glob("*.hdl")) + sorted(_STDLIB.glob("*.hdl")) + compiler_files()
     for f in files:
         h.update(str(f.relative_to(_ROOT)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
+
+
+_PACKAGES = ("common", "hdl", "backends")
+
+
+@lru_cache(maxsize=1)
+def compiler_files() -> list[Path]:
+    """The source files of ``backends/compiler.py`` and ``hdl/frontend.py`` (what elaborates
+    the core) and of every project module they import, directly or not (each file's ``import``/``from`` statements, function-local ones
+    included), with the ``.lark`` grammars of the packages it reaches; sorted."""
+    seen: set[Path] = set()
+    todo = [_ROOT / "backends" / "compiler.py", _ROOT / "hdl" / "frontend.py"]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for mod in _imports(f):
+            if mod.split(".")[0] not in _PACKAGES:
+                continue
+            base = _ROOT.joinpath(*mod.split("."))
+            for cand in (base.with_suffix(".py"), base / "__init__.py"):
+                if cand.is_file():
+                    todo.append(cand)
+            parent = base.parent / "__init__.py"
+            if parent.is_file():
+                todo.append(parent)
+    grammars = {g for f in seen for g in f.parent.glob("*.lark")}
+    return sorted(seen | grammars)
+
+
+def _imports(path: Path) -> list[str]:
+    """The dotted module names ``path`` imports (``from a.b import c`` gives a.b and
+    a.b.c, since c may be a module)."""
+    import ast
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.append(node.module)
+            out += [f"{node.module}.{a.name}" for a in node.names]
+    return out
 
 
 @lru_cache(maxsize=1)
