@@ -83,6 +83,11 @@ def core_hash(sizes: CoreSizes = FULL) -> str:
 
 
 _PACKAGES = ("common", "hdl", "backends")
+#: Modules the import closure reaches that only run or read circuits and checkpoints (the
+#: simulator's evaluators and their C build, the engines): never followed, never hashed.
+_RUN_ONLY = {"hdl/sim/simulator.py", "hdl/sim/engines.py", "hdl/sim/cbuild.py",
+             "hdl/sim/waveform.py", "hdl/sim/modules.py", "backends/hf_engine.py",
+             "backends/check.py"}
 
 
 @lru_cache(maxsize=1)
@@ -94,7 +99,7 @@ def compiler_files() -> list[Path]:
     todo = [_ROOT / "backends" / "compiler.py", _ROOT / "hdl" / "frontend.py"]
     while todo:
         f = todo.pop()
-        if f in seen:
+        if f in seen or str(f.relative_to(_ROOT)) in _RUN_ONLY:
             continue
         seen.add(f)
         for mod in _imports(f):

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import cffi
 
@@ -76,9 +76,11 @@ def cache_dir() -> Path:
 _LOADED: dict[str, Any] = {}
 
 
-def _flags() -> list[str]:
-    """Compiler flags: ``$DELTACHIP_SIM_CFLAGS`` if set, else -O1 (see codegen.C_CHUNK)."""
-    opt = os.environ.get("DELTACHIP_SIM_CFLAGS", "-O1").split()
+def _flags(opt: Sequence[str] | None = None) -> list[str]:
+    """Compiler flags: ``opt`` if given, else ``$DELTACHIP_SIM_CFLAGS`` if set, else -O1 (see
+    codegen.C_CHUNK)."""
+    if opt is None:
+        opt = os.environ.get("DELTACHIP_SIM_CFLAGS", "-O1").split()
     return [*opt, "-shared", "-fPIC", "-w"]
 
 
@@ -97,12 +99,14 @@ def _compiler_works(cc: tuple[str, ...], flags: tuple[str, ...]) -> bool:
         return r.returncode == 0 and lib.exists()
 
 
-def build(source: str) -> Any:
-    """Compile ``source`` (or reuse the cached build) and return the loaded cffi library."""
+def build(source: str, ffi: cffi.FFI | None = None, flags: Sequence[str] | None = None) -> Any:
+    """Compile ``source`` (or reuse the cached build) and return the library loaded with
+    ``ffi`` (default: the simulator's, :func:`ffi`); ``flags``: the optimisation flags
+    (default :func:`_flags`'s)."""
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set CC, or install gcc)")
-    flags = _flags()
+    flags = _flags(flags)
     key = hashlib.sha256("\0".join([*cc, *flags, source]).encode()).hexdigest()[:32]
     if key in _LOADED:
         return _LOADED[key]
@@ -130,5 +134,5 @@ def build(source: str) -> Any:
             for p in (tmp_c, tmp_so):
                 if os.path.exists(p):
                     os.unlink(p)
-    _LOADED[key] = _FFI.dlopen(str(lib))
+    _LOADED[key] = (ffi or _FFI).dlopen(str(lib))
     return _LOADED[key]

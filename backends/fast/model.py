@@ -1,0 +1,309 @@
+"""The fast engine's model: a compiled checkpoint's weights, sparse, with every structural fact
+the kernel relies on verified.
+
+Takes: a checkpoint directory written by ``deltachip compile`` (config.json, chip.json, the
+safetensors; read with :mod:`backends.fast.weights`, not transformers). Gives:
+:class:`FastModel`: numpy arrays (CSC projections, per-dim norm scales, conv delays, the
+embedding's CSR rows and the lm_head's per-kind rows) that :mod:`backends.fast.native`
+hands to the C kernel.
+
+Verified at load, each refusal a :class:`FastRefused` (a ChipDirError: exit 2) naming the
+tensor and the fact: pre-norms are exact power-of-two scales (``1 + w`` a power of two or 0,
+the ballast dims constant on every embedding row and written by no layer, so transformers'
+RMSNorm is ``x * 2**-m * (1 + w)`` while the ballast dominates, which the kernel checks on
+every token); one conv tap of weight 1 per channel; no decay (``in_proj_a`` zero and
+``softplus(dt_bias)`` exactly 0); full-attention layers entirely zero (the identity); the
+lm_head's rows of each token kind are ``base + sum_j bit_j(u) * delta_j`` exactly, so the
+argmax is decoded from ``1 + payload_bits`` rows per kind. What only a token can show
+(silu inputs in the exact domain, one-hot keys, at most two-hot queries, beta 0/1/0.5, the
+ballast dominating each norm, a clear argmax) the kernel checks on every token.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.checkpoint import ChipDirError, check_config, load_chip_json
+from backends.fast.weights import Tensors, sparse_rows
+
+#: The largest value-head width the kernel's per-head buffer holds.
+MAX_DV = 512
+#: How many token kinds the kernel's argmax holds.
+MAX_KINDS = 4096
+#: A pre-norm is exact while the rest of the residual's mean square is below the ballast's
+#: by this factor: fp32 needs the rest to vanish in the sum (2^-24, one bit kept); bf16 only
+#: that the scale moves by < 2^-10, which the final rounding absorbs (8 significant bits).
+MARGIN = {"fp32": 2.0 ** 25, "bf16": 2.0 ** 11}
+
+
+class FastRefused(ChipDirError):
+    """The checkpoint breaks a fact the fast engine relies on (the message names it)."""
+
+
+@dataclass
+class Csc:
+    """A weight [out, in] as CSC over its inputs."""
+    ptr: np.ndarray
+    idx: np.ndarray
+    val: np.ndarray
+
+    @staticmethod
+    def from_csr(ptr: np.ndarray, col: np.ndarray, val: np.ndarray, n_in: int) -> "Csc":
+        row = np.repeat(np.arange(len(ptr) - 1, dtype=np.int32), np.diff(ptr))
+        order = np.lexsort((row, col))
+        cptr = np.zeros(n_in + 1, dtype=np.int64)
+        np.cumsum(np.bincount(col, minlength=n_in), out=cptr[1:])
+        return Csc(cptr, np.ascontiguousarray(row[order]), np.ascontiguousarray(val[order]))
+
+    @property
+    def nnz(self) -> int:
+        return len(self.val)
+
+
+@dataclass
+class Layer:
+    kind: int                       # 0: Gated DeltaNet; 1: all-zero (identity)
+    gdn: int = -1
+    n1: np.ndarray | None = None
+    n2: np.ndarray | None = None
+    ip: Csc | None = None
+    delay: np.ndarray | None = None
+    op: Csc | None = None
+    gate: Csc | None = None
+    up: Csc | None = None
+    down: Csc | None = None
+    gw: np.ndarray | None = None
+
+
+@dataclass
+class FastModel:
+    """Everything the kernel reads (see the module docstring)."""
+    path: Path
+    chip: dict[str, Any]
+    dtype: str
+    H: int
+    C: int
+    V: int
+    NV: int
+    NK: int
+    DK: int
+    DV: int
+    VPK: int
+    KC: int
+    I: int
+    NB: int
+    NBV: int
+    res_ballast: float
+    res_margin: float
+    gn_margin: float
+    qdiv: float
+    layers: list[Layer]
+    nf: np.ndarray
+    embed: tuple[np.ndarray, np.ndarray, np.ndarray]
+    kinds: tuple[np.ndarray, np.ndarray, np.ndarray]        # offsets, bits, first row
+    lm: tuple[np.ndarray, np.ndarray, np.ndarray]
+    nonzero: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def G(self) -> int:
+        return sum(1 for ly in self.layers if ly.kind == 0)
+
+    @property
+    def vocab(self) -> int:
+        return len(self.embed[0]) - 1
+
+
+def _refuse(path: Path, what: str) -> FastRefused:
+    return FastRefused(f"{path}: the fast engine cannot run this checkpoint: {what} "
+                       f"(run it with --engine hf)")
+
+
+def _pow2_or_zero(a: np.ndarray) -> bool:
+    a = np.asarray(a, dtype=np.float64)
+    m, _ = np.frexp(np.abs(a))
+    return bool(np.all((a == 0) | ((m == 0.5) & (a > 0))))
+
+
+def _rms_scale(B: np.ndarray, H: int, eps: float) -> float:
+    """transformers' RMSNorm factor rsqrt(mean(x^2) + eps) in fp32 for a residual that holds
+    only the ballast values ``B`` (computed with torch, as the model does)."""
+    import torch
+    x = torch.zeros(H, dtype=torch.float32)
+    x[:len(B)] = torch.tensor(B, dtype=torch.float32)
+    return float(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)[0])
+
+
+def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel:
+    """Read and verify the checkpoint at ``path`` (see the module docstring)."""
+    path = Path(path)
+    chip = load_chip_json(path)
+    check_config(path, chip)
+    cfg = chip["config"]
+    dt = dtype or chip["dtype"]
+    if dt != chip["dtype"]:
+        raise _refuse(path, f"it was compiled for {chip['dtype']}, not {dt}")
+    t = Tensors(path)
+    say = progress or (lambda s: None)
+    H = cfg["hidden_size"]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv, kc = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
+    C, V, I = 2 * nk * dk + nv * dv, nv * dv, cfg["intermediate_size"]
+    eps = float(cfg["rms_norm_eps"])
+    num = chip["numerics"]
+    NB, NBV = int(num["n_b"]), int(num["n_bv"])
+    if dv > MAX_DV or dv & (dv - 1) or nv % nk:
+        raise _refuse(path, f"value heads of {dv} columns, {nv} per {nk} key heads")
+
+    # ---- embedding: CSR rows; the ballast dims hold one constant on every row ----------
+    say("embedding")
+    e_ptr, e_col, e_val = sparse_rows(t, "model.embed_tokens.weight")
+    vocab = len(e_ptr) - 1
+    ball = e_col < NB
+    per_row = np.add.reduceat(ball.astype(np.int64), e_ptr[:-1]) if len(e_col) else None
+    if per_row is None or np.any(per_row != NB):
+        raise _refuse(path, f"an embedding row does not hold all {NB} ballast dims")
+    B = e_val[ball].reshape(vocab, NB)
+    if np.any(B != B[0]):
+        raise _refuse(path, "the ballast dims differ between embedding rows")
+    B = B[0].astype(np.float64)
+    res_ballast = float(np.sum(B * B))
+    r = _rms_scale(B, H, eps)
+    if not _pow2_or_zero(np.array([r])) or r == 0:
+        raise _refuse(path, f"the pre-norm factor of the ballast is {r}, not a power of two")
+
+    def norm_scale(name: str) -> np.ndarray:
+        w1 = 1.0 + t.get(name).astype(np.float64)
+        if not _pow2_or_zero(w1):
+            raise _refuse(path, f"{name}: 1 + weight is not a power of two or 0 on every dim")
+        return (w1 * r).astype(np.float32)
+
+    def csr(name: str):
+        return sparse_rows(t, name)
+
+    def zero(name: str) -> bool:
+        words, _ = t.raw(name)
+        return not np.any(np.asarray(words).view(np.uint16 if words.dtype == np.uint16
+                                                   else np.uint32) & 0x7FFFFFFF)
+
+    def no_ballast_writes(name: str, ptr: np.ndarray) -> None:
+        if ptr[NB] != 0:
+            raise _refuse(path, f"{name} writes into the ballast dims")
+
+    layers: list[Layer] = []
+    nonzero = 0
+    for li, kind in enumerate(cfg["layer_types"]):
+        pre = f"model.layers.{li}."
+        say(f"layer {li}")
+        if kind != "linear_attention":
+            names = [n for n in t.names() if n.startswith(pre)]
+            bad = [n for n in names if not n.endswith("norm.weight") and not zero(n)]
+            if bad:
+                raise _refuse(path, f"{bad[0]}: a full-attention layer with nonzero weights")
+            layers.append(Layer(kind=1))
+            continue
+        la = pre + "linear_attn."
+        if not zero(la + "in_proj_a.weight"):
+            raise _refuse(path, f"{la}in_proj_a.weight is not zero (a decaying memory)")
+        dtb = t.get(la + "dt_bias").astype(np.float64)
+        if np.any(dtb > -104):
+            raise _refuse(path, f"{la}dt_bias is above -104 (softplus not exactly 0: a decay)")
+        if not np.all(np.isfinite(t.get(la + "A_log"))):
+            raise _refuse(path, f"{la}A_log is not finite")
+        conv = t.get(la + "conv1d.weight").reshape(C, kc)
+        taps = np.count_nonzero(conv, axis=1)
+        if np.any(taps > 1) or np.any(conv[conv != 0] != 1.0):
+            raise _refuse(path, f"{la}conv1d.weight: a channel with more than one tap or a "
+                                f"tap other than 1")
+        delay = np.where(taps == 1, kc - 1 - np.argmax(conv != 0, axis=1), -1).astype(np.int8)
+        parts = [csr(la + n) for n in ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight")]
+        ptr = np.concatenate([parts[0][0]] + [p[0][1:] + sum(q[0][-1] for q in parts[:i])
+                                              for i, p in enumerate(parts) if i])
+        ip = Csc.from_csr(ptr, np.concatenate([p[1] for p in parts]),
+                          np.concatenate([p[2] for p in parts]), H)
+        opr = csr(la + "out_proj.weight")
+        no_ballast_writes(la + "out_proj.weight", opr[0])
+        dn = csr(pre + "mlp.down_proj.weight")
+        no_ballast_writes(pre + "mlp.down_proj.weight", dn[0])
+        gw = t.get(la + "norm.weight").astype(np.float32)
+        ly = Layer(kind=0, gdn=sum(1 for x in layers if x.kind == 0),
+                   n1=norm_scale(pre + "input_layernorm.weight"),
+                   n2=norm_scale(pre + "post_attention_layernorm.weight"),
+                   ip=ip, delay=delay, op=Csc.from_csr(*opr, V),
+                   gate=Csc.from_csr(*csr(pre + "mlp.gate_proj.weight"), H),
+                   up=Csc.from_csr(*csr(pre + "mlp.up_proj.weight"), H),
+                   down=Csc.from_csr(*dn, I), gw=gw)
+        nonzero += sum(c.nnz for c in (ly.ip, ly.op, ly.gate, ly.up, ly.down))
+        layers.append(ly)
+    nf = norm_scale("model.norm.weight")
+
+    # ---- lm_head: per kind, base + sum of bit deltas -----------------------------------
+    say("lm_head")
+    kinds = _kinds(chip, vocab, path)
+    lm = _structured_lm_head(t, path, kinds)
+    return FastModel(path=path, chip=chip, dtype=dt, H=H, C=C, V=V, NV=nv, NK=nk, DK=dk, DV=dv,
+                     VPK=nv // nk, KC=kc, I=I, NB=NB, NBV=NBV, res_ballast=res_ballast,
+                     res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
+                     qdiv=float(np.float32(dk ** 0.5)), layers=layers, nf=nf,
+                     embed=(e_ptr, e_col, e_val), kinds=kinds, lm=lm, nonzero=nonzero)
+
+
+def _kinds(chip: dict[str, Any], vocab: int, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offset, payload bits, first structured row) of every token kind, from chip.json's
+    circuit (ids beyond the circuit's, if any, are one more kind of bits 0 each)."""
+    from backends.chipfile import circuit_from_json
+    c = circuit_from_json(chip["circuit"], chip.get("roms", {}))
+    offs = c.kind_offsets()
+    bits = [k.payload_bits for k in c.kinds]
+    if c.vocab_size > vocab:
+        raise _refuse(path, f"the vocabulary has {vocab} ids, the circuit {c.vocab_size}")
+    offs = list(offs) + list(range(c.vocab_size, vocab))
+    bits = bits + [0] * (vocab - c.vocab_size)
+    if len(offs) > MAX_KINDS:
+        raise _refuse(path, f"{len(offs)} token kinds (at most {MAX_KINDS})")
+    rows = np.cumsum([0] + [1 + b for b in bits[:-1]])
+    return (np.array(offs, dtype=np.int64), np.array(bits, dtype=np.int32),
+            rows.astype(np.int64))
+
+
+def _structured_lm_head(t: Tensors, path: Path, kinds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lm_head as per-kind rows [base, delta_0, …] (CSR), after checking that every row
+    of every kind equals its base plus the deltas of its payload's set bits, exactly."""
+    ptr, col, val = sparse_rows(t, "lm_head.weight")
+    used = np.unique(col)
+    pos = np.searchsorted(used, col)
+    out_rows: list[np.ndarray] = []
+
+    def dense(r0: int, r1: int) -> np.ndarray:
+        d = np.zeros((r1 - r0, len(used)), dtype=np.float64)
+        a, b = ptr[r0], ptr[r1]
+        rr = np.repeat(np.arange(r1 - r0), np.diff(ptr[r0:r1 + 1]))
+        d[rr, pos[a:b]] = val[a:b]
+        return d
+
+    for off, nb in zip(kinds[0].tolist(), kinds[1].tolist()):
+        base = dense(off, off + 1)[0]
+        deltas = np.stack([dense(off + (1 << j), off + (1 << j) + 1)[0] - base
+                           for j in range(nb)]) if nb else np.zeros((0, len(used)))
+        if np.any(deltas.astype(np.float32).astype(np.float64) != deltas):
+            raise _refuse(path, "lm_head: a bit's delta is not exact in fp32")
+        step = 1 << 14
+        for u0 in range(0, 1 << nb, step):
+            u = np.arange(u0, min(1 << nb, u0 + step))
+            bits = ((u[:, None] >> np.arange(nb)) & 1).astype(np.float64)
+            want = base + bits @ deltas
+            if np.any(dense(off + u0, off + u0 + len(u)) != want):
+                bad = off + u0 + int(np.argmax(np.any(dense(off + u0, off + u0 + len(u)) != want, axis=1)))
+                raise _refuse(path, f"lm_head row {bad} is not its kind's base row plus the "
+                                    f"deltas of its payload bits")
+        out_rows.append(base)
+        out_rows.extend(deltas)
+    S = np.stack(out_rows)
+    nzr, nzc = np.nonzero(S)
+    sptr = np.zeros(len(S) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(nzr, minlength=len(S)), out=sptr[1:])
+    return sptr, used[nzc].astype(np.int32), S[nzr, nzc].astype(np.float32)

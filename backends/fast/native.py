@@ -1,0 +1,181 @@
+"""The fast engine's C kernel (``kernel.c``), built with the project's C toolchain and loaded
+with cffi.
+
+Takes: a :class:`backends.fast.model.FastModel`. Gives: :class:`Native`, which holds the C
+model description (pointers into the model's numpy arrays, kept alive here) and makes
+streams: :meth:`Native.new_state`, :meth:`Native.step`, :meth:`Native.feed` (teacher-forced
+positions), :meth:`Native.run` (free-running until a stop token), each returning ids or
+raising :class:`FastError` with the kernel's reason. Calls release the GIL, so streams on
+different threads run on different cores.
+
+The kernel is compiled once per source (cached like the simulator's, ``hdl.sim.cbuild``)
+with ``-O2 -ffp-contract=off``: no fused multiply-adds, so every product and sum rounds
+where the C source (and transformers) round.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
+
+from common.errors import UserError
+from hdl.sim import cbuild
+from backends.fast.model import FastModel, Layer
+
+SOURCE = Path(__file__).with_name("kernel.c")
+CFLAGS = ("-O2", "-ffp-contract=off", "-fno-fast-math")
+
+CDEF = """
+typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
+typedef struct {
+    int kind; int gdn; const float *n1, *n2; dc_csc ip; const int8_t *delay; dc_csc op;
+    dc_csc gate, up; dc_csc down; const float *gw;
+} dc_layer;
+typedef struct {
+    int H, L, G, C, V, NV, NK, DK, DV, VPK, KC, I, NB, NBV, bf16;
+    double res_ballast; double res_margin; double gn_margin; float qdiv;
+    const dc_layer *layers; const float *nf; int64_t vocab;
+    const int64_t *e_ptr; const int32_t *e_col; const float *e_val;
+    int nkinds; const int64_t *k_off; const int32_t *k_bits; const int64_t *k_row;
+    const int64_t *lm_ptr; const int32_t *lm_col; const float *lm_val;
+} dc_model;
+typedef struct dc_state dc_state;
+dc_state *dc_state_new(const dc_model *m);
+void dc_state_free(dc_state *s);
+float *dc_state_S(dc_state *s);
+float *dc_state_hist(dc_state *s);
+int64_t dc_state_pos(dc_state *s);
+int dc_state_err(dc_state *s, int *layer, double *val);
+int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps);
+int64_t dc_feed(const dc_model *m, dc_state *s, const int64_t *ids, int64_t n, int64_t *out,
+                float *taps);
+int64_t dc_run(const dc_model *m, dc_state *s, int64_t id, int64_t n, int64_t *out,
+               const uint8_t *stop);
+"""
+
+_FFI = cffi.FFI()
+_FFI.cdef(CDEF.replace("typedef struct dc_state dc_state;", "typedef struct dc_state dc_state;"))
+
+#: The kernel's error codes (kernel.c, DC_E_*) and what each means.
+REASONS = {
+    1: "token id outside the vocabulary",
+    2: "the residual outgrew the pre-norm's exact range (the ballast no longer dominates "
+       "its mean square)",
+    3: "a silu input outside the range where its value is exact",
+    4: "a beta input other than 0 or beyond +-104 (not an exact 0, 1/2 or 1)",
+    5: "a key with more than one nonzero (not a row store)",
+    6: "a query with more than two nonzeros",
+    7: "a value head's data columns outgrew its gated norm's ballast",
+    8: "the argmax is not clear of the runner-up by more than rounding could move them",
+}
+
+
+class FastError(UserError):
+    """A stream stopped because a value left what the fast engine computes exactly."""
+
+
+def _lib() -> Any:
+    return cbuild.build(SOURCE.read_text(), ffi=_FFI, flags=CFLAGS)
+
+
+class Native:
+    """The C model of one :class:`FastModel` (see the module docstring)."""
+
+    def __init__(self, model: FastModel):
+        self.model = model
+        self.lib = _lib()
+        self._keep: list[Any] = []
+        f = _FFI
+        m = f.new("dc_model *")
+        self._layers = f.new("dc_layer[]", len(model.layers))
+        for i, ly in enumerate(model.layers):
+            self._fill_layer(self._layers[i], ly)
+        for k in ("H", "C", "V", "NV", "NK", "DK", "DV", "VPK", "KC", "I", "NB", "NBV"):
+            setattr(m, k, getattr(model, k))
+        m.L, m.G, m.bf16 = len(model.layers), model.G, model.dtype == "bf16"
+        m.res_ballast, m.res_margin, m.gn_margin = model.res_ballast, model.res_margin, model.gn_margin
+        m.qdiv = model.qdiv
+        m.layers = self._layers
+        m.nf = self._ptr(model.nf, "float")
+        m.vocab = model.vocab
+        m.e_ptr, m.e_col, m.e_val = (self._ptr(a, t) for a, t in
+                                     zip(model.embed, ("int64_t", "int32_t", "float")))
+        m.nkinds = len(model.kinds[0])
+        m.k_off, m.k_bits, m.k_row = (self._ptr(a, t) for a, t in
+                                      zip(model.kinds, ("int64_t", "int32_t", "int64_t")))
+        m.lm_ptr, m.lm_col, m.lm_val = (self._ptr(a, t) for a, t in
+                                        zip(model.lm, ("int64_t", "int32_t", "float")))
+        self.m = m
+        self.taps_size = 2 * len(model.layers) * model.H
+
+    def _ptr(self, a: np.ndarray, ctype: str) -> Any:
+        dt = {"float": np.float32, "int64_t": np.int64, "int32_t": np.int32, "int8_t": np.int8,
+              "uint8_t": np.uint8}[ctype]
+        a = np.ascontiguousarray(a, dtype=dt)
+        self._keep.append(a)
+        return _FFI.cast(f"{ctype} *", a.ctypes.data)
+
+    def _csc(self, dst: Any, c) -> None:
+        dst.ptr, dst.idx, dst.val = (self._ptr(c.ptr, "int64_t"), self._ptr(c.idx, "int32_t"),
+                                     self._ptr(c.val, "float"))
+
+    def _fill_layer(self, dst: Any, ly: Layer) -> None:
+        dst.kind, dst.gdn = ly.kind, ly.gdn
+        if ly.kind != 0:
+            return
+        dst.n1, dst.n2 = self._ptr(ly.n1, "float"), self._ptr(ly.n2, "float")
+        for name in ("ip", "op", "gate", "up", "down"):
+            self._csc(getattr(dst, name), getattr(ly, name))
+        dst.delay = self._ptr(ly.delay, "int8_t")
+        dst.gw = self._ptr(ly.gw, "float")
+
+    # ---- streams -------------------------------------------------------------------------
+    def new_state(self) -> Any:
+        s = self.lib.dc_state_new(self.m)
+        if s == _FFI.NULL:
+            raise MemoryError("the fast engine could not allocate a stream's state")
+        return _FFI.gc(s, self.lib.dc_state_free)
+
+    def recurrent(self, s: Any) -> np.ndarray:
+        """The stream's recurrent states, [G, NV, DK, DV] float32, as a writable view."""
+        mdl = self.model
+        n = mdl.G * mdl.NV * mdl.DK * mdl.DV
+        buf = _FFI.buffer(self.lib.dc_state_S(s), 4 * n)
+        return np.frombuffer(buf, dtype=np.float32).reshape(mdl.G, mdl.NV, mdl.DK, mdl.DV)
+
+    def position(self, s: Any) -> int:
+        return int(self.lib.dc_state_pos(s))
+
+    def error(self, s: Any, where: str = "") -> FastError:
+        layer, val = _FFI.new("int *"), _FFI.new("double *")
+        code = self.lib.dc_state_err(s, layer, val)
+        at = ("the lm_head" if layer[0] == len(self.model.layers) else
+              f"layer {layer[0]}" if layer[0] >= 0 else "the embedding")
+        return FastError(f"fast engine: {where}at position {self.position(s)}, {at}: "
+                         f"{REASONS.get(code, f'error {code}')} (value {val[0]:g}); "
+                         f"transformers may compute something else here, so the stream "
+                         f"stops (run it with --engine hf)")
+
+    def feed(self, s: Any, ids: np.ndarray, taps: np.ndarray | None = None) -> np.ndarray:
+        """Teacher-forced: feed ``ids``; the argmax after each. ``taps``: [n, 2L, H] float32
+        filled with the residual after every sublayer."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        out = np.zeros(len(ids), dtype=np.int64)
+        tp = _FFI.NULL if taps is None else _FFI.cast("float *", taps.ctypes.data)
+        n = self.lib.dc_feed(self.m, s, _FFI.cast("int64_t *", ids.ctypes.data), len(ids),
+                             _FFI.cast("int64_t *", out.ctypes.data), tp)
+        if n != len(ids):
+            raise self.error(s)
+        return out
+
+    def run(self, s: Any, first: int, n: int, stop: np.ndarray | None = None) -> np.ndarray:
+        """Free-running from token ``first``: up to ``n`` tokens fed after it, ending once a
+        token whose bit is set in ``stop`` (a packed bitmap over ids) has been fed."""
+        out = np.zeros(n, dtype=np.int64)
+        sp = _FFI.NULL if stop is None else _FFI.cast("uint8_t *", stop.ctypes.data)
+        k = self.lib.dc_run(self.m, s, int(first), n, _FFI.cast("int64_t *", out.ctypes.data), sp)
+        if k < 0:
+            raise self.error(s)
+        return out[:k]

@@ -1,0 +1,163 @@
+"""Read a checkpoint's tensors straight from its safetensors files, without transformers.
+
+Takes: a checkpoint directory (``model.safetensors``, or shards named by
+``model.safetensors.index.json``). Gives: :class:`Tensors`, which maps tensor names to
+read-only ``numpy`` arrays (bf16 widened exactly to float32; F32 as it is) memory-mapped from
+the files, and :func:`sparse_rows` / :func:`sparse_cols`, the nonzeros of a 2-D weight as
+CSR or CSC arrays. Every offset and size is checked against the file before it is mapped:
+a truncated or corrupt file is a :class:`backends.checkpoint.ChipDirError`, never a crash.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from backends.checkpoint import INDEX, SINGLE, ChipDirError
+
+#: safetensors dtypes this reader maps, with their item sizes
+_DTYPES = {"BF16": 2, "F32": 4}
+#: the largest header a file may declare (the format's own limit is 100 MB)
+_MAX_HEADER = 100 << 20
+
+
+@dataclass(frozen=True)
+class _Entry:
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int          # absolute byte offset in the file
+    nbytes: int
+
+
+class Tensors:
+    """The tensors of one checkpoint directory, by name (see the module docstring)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._entries: dict[str, _Entry] = {}
+        index = self.path / INDEX
+        if (self.path / SINGLE).is_file():
+            files = [self.path / SINGLE]
+        elif index.is_file():
+            try:
+                wm = json.loads(index.read_text())["weight_map"]
+                files = sorted({self.path / str(f) for f in wm.values()})
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ChipDirError(f"{index}: unreadable weight map ({e})") from None
+        else:
+            raise ChipDirError(f"{self.path}: no {SINGLE} and no {INDEX}")
+        for f in files:
+            self._read_header(f)
+
+    def _read_header(self, f: Path) -> None:
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                raw = fh.read(8)
+                if len(raw) < 8:
+                    raise ChipDirError(f"{f}: truncated (no safetensors header)")
+                (n,) = struct.unpack("<Q", raw)
+                if n > min(_MAX_HEADER, size - 8):
+                    raise ChipDirError(f"{f}: corrupt safetensors header (length {n})")
+                header = json.loads(fh.read(n))
+        except OSError as e:
+            raise ChipDirError(f"{f}: cannot read it ({e.strerror or e})") from None
+        except ValueError:
+            raise ChipDirError(f"{f}: corrupt safetensors header (not JSON)") from None
+        base = 8 + n
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                dtype, shape, (a, b) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                raise ChipDirError(f"{f}: corrupt safetensors entry for {name}") from None
+            if dtype not in _DTYPES:
+                raise ChipDirError(f"{f}: {name} is {dtype}; the fast engine reads BF16 and F32")
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if b - a != count * _DTYPES[dtype] or base + b > size or a < 0:
+                raise ChipDirError(f"{f}: {name} lies outside the file or does not match "
+                                   f"its shape {list(shape)} (truncated?)")
+            self._entries[name] = _Entry(f, dtype, shape, base + a, b - a)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def names(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._entry(name).shape
+
+    def _entry(self, name: str) -> _Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ChipDirError(f"{self.path}: the checkpoint has no tensor {name}") from None
+
+    def raw(self, name: str) -> tuple[np.ndarray, str]:
+        """The tensor's stored words (uint16 for BF16, float32 for F32), memory-mapped, in
+        its shape; with its safetensors dtype."""
+        e = self._entry(name)
+        kind = np.uint16 if e.dtype == "BF16" else np.float32
+        if e.nbytes == 0:
+            return np.zeros(e.shape, dtype=kind), e.dtype
+        m = np.memmap(e.file, dtype=kind, mode="r", offset=e.start, shape=e.shape)
+        return m, e.dtype
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor as float32 (bf16 widened exactly)."""
+        words, dtype = self.raw(name)
+        return widen(np.asarray(words)) if dtype == "BF16" else np.array(words, dtype=np.float32)
+
+
+def widen(words: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) -> the same numbers as float32."""
+    return (words.astype(np.uint32) << 16).view(np.float32)
+
+
+def _nonzero_mask(words: np.ndarray, dtype: str) -> np.ndarray:
+    """True where a stored word is a nonzero number (+0 and -0 are both zero)."""
+    if dtype == "BF16":
+        return (words & 0x7FFF) != 0
+    return words != 0
+
+
+def sparse_rows(t: Tensors, name: str, chunk: int = 1 << 14
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 2-D weight [rows, cols] as CSR: (row_ptr int64 [rows+1], col int32, val float32),
+    read ``chunk`` rows at a time so a multi-GB table never sits in memory whole."""
+    words, dtype = t.raw(name)
+    if words.ndim != 2:
+        raise ChipDirError(f"{t.path}: {name} has shape {list(words.shape)}, expected 2-D")
+    rows = words.shape[0]
+    counts = np.zeros(rows, dtype=np.int64)
+    cols, vals = [], []
+    for r0 in range(0, rows, chunk):
+        blk = np.asarray(words[r0:r0 + chunk])
+        rr, cc = np.nonzero(_nonzero_mask(blk, dtype))
+        counts[r0:r0 + len(blk)] = np.bincount(rr, minlength=len(blk))
+        cols.append(cc.astype(np.int32))
+        w = blk[rr, cc]
+        vals.append(widen(w) if dtype == "BF16" else w.astype(np.float32))
+    ptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return (ptr, np.concatenate(cols) if cols else np.zeros(0, np.int32),
+            np.concatenate(vals) if vals else np.zeros(0, np.float32))
+
+
+def sparse_cols(t: Tensors, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 2-D weight [out, in] as CSC over its inputs: (col_ptr int64 [in+1], row int32,
+    val float32); within a column, rows ascend."""
+    ptr, col, val = sparse_rows(t, name)
+    n_in = t.shape(name)[1]
+    row = np.repeat(np.arange(len(ptr) - 1, dtype=np.int32), np.diff(ptr))
+    order = np.lexsort((row, col))
+    cptr = np.zeros(n_in + 1, dtype=np.int64)
+    np.cumsum(np.bincount(col, minlength=n_in), out=cptr[1:])
+    return cptr, row[order], val[order]
