@@ -186,9 +186,9 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
         return sparse_rows(t, name)
 
     def zero(name: str) -> bool:
-        words, _ = t.raw(name)
-        return not np.any(np.asarray(words).view(np.uint16 if words.dtype == np.uint16
-                                                   else np.uint32) & 0x7FFFFFFF)
+        words, kind = t.raw(name)
+        w = np.asarray(words)
+        return not np.any((w & 0x7FFF) if kind == "BF16" else w.view(np.uint32) & 0x7FFFFFFF)
 
     def no_ballast_writes(name: str, ptr: np.ndarray) -> None:
         if ptr[NB] != 0:

@@ -1,0 +1,190 @@
+"""The engine interface every compiled-chip engine implements, and what they share.
+
+Takes: a compiled directory (config.json, chip.json, the weights). Gives:
+:class:`ChipEngine`, the one reader of chip.json for every engine (the circuit rebuilt with
+its ROM images, the numerics, the target), with token <-> id conversion, the ROM images as
+recurrent-state rows (:meth:`ChipEngine.rom_states`) and :meth:`ChipEngine.read_memories`,
+which decodes every memory's words back out of an engine's recurrent state (exactly: each
+data cell must be 0 or Vs times an integer of its bits, else the word is None). An engine
+subclass gives the rest of the interface that :mod:`backends.check` and the core's runners
+use:
+
+- ``new_cache(batch, roms)``: the state of ``batch`` streams, ROM images preloaded;
+- ``decode_step(ids, cache)``: one token per stream, the argmax ids [B];
+- ``prefill(ids [B, T], cache)``: T positions per stream, (argmax ids [B, T], cache);
+- ``sublayer_taps(dims)``: a context in which every call records the residual dims
+  ``dims[s]`` after every sublayer s (``taps[s]``: [B, T, len(dims[s])] float64);
+- ``recurrent_state(cache, layer, row)``: decoder layer ``layer``'s GDN state of stream
+  ``row``, [value heads, d_k, d_v] (float32).
+
+Engines: ``hf`` (:mod:`backends.hf_engine`, transformers' own modules) and ``fast``
+(:mod:`backends.fast.engine`, the project's sparse kernel, bit-identical to hf).
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from hdl.ir import Circuit, Token
+from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_weights_file,
+                                 load_chip_json)
+from backends.chipfile import circuit_from_json
+from backends.numbers import DTYPES
+from backends.program import MemPlan, head_cell
+
+
+#: bits per int64 limb when words are read back from the recurrent state (a word of any
+#: width is its limbs; 48 leaves room for a shifted 8-bit cell)
+LIMB_BITS = 48
+
+
+class ChipEngine:
+    """What every engine shares (see the module docstring); subclasses give the state."""
+
+    #: the engine's name (``--engine``)
+    name = "chip"
+
+    def __init__(self, path: str | Path, dtype: str | None = None,
+                 roms: dict[str, list[int]] | None = None):
+        self.path = Path(path)
+        self.chip = load_chip_json(path)
+        self.dtype_name = dtype or self.chip["dtype"]
+        if self.dtype_name not in DTYPES:
+            raise ChipDirError(f"unknown dtype '{self.dtype_name}' (expected bf16 or fp32)")
+        self.dtype = DTYPES[self.dtype_name]
+        try:
+            self.roms = {k: list(v) for k, v in self.chip["roms"].items()}
+            self.roms.update(roms or {})
+            self.circuit: Circuit = circuit_from_json(self.chip["circuit"], self.roms)
+            self.circuit.check()
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise ChipDirError(f"{self.path / 'chip.json'}: corrupt (cannot rebuild the circuit: "
+                               f"{e.__class__.__name__}: {e}): {RECOMPILE}") from None
+        check_config(path, self.chip)
+        check_weights_file(path)
+        self.num = self.chip["numerics"]
+        self.tgt = self.chip["target"]
+
+    # ---- the interface each engine gives ------------------------------------------------
+    def new_cache(self, batch: int = 1,
+                  roms: Sequence[dict[str, list[int]]] | None = None) -> Any:
+        raise NotImplementedError
+
+    def decode_step(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def prefill(self, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]
+                      ) -> AbstractContextManager[dict[int, torch.Tensor]]:
+        raise NotImplementedError
+
+    def recurrent_state(self, cache: Any, layer: int, row: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    # ---- tokens (the circuit's own numbering, which the embedding and lm_head follow) -------
+    def token_id(self, tok: Token) -> int:
+        """The vocabulary id of ``tok`` (:meth:`hdl.ir.Circuit.token_id`)."""
+        return self.circuit.token_id(tok)
+
+    def token_of(self, tid: int) -> Token:
+        """The token of id ``tid`` (:meth:`hdl.ir.Circuit.token_from_id`; ValueError outside
+        the vocabulary)."""
+        return self.circuit.token_from_id(tid)
+
+    # ---- state ---------------------------------------------------------------------------
+    def rom_states(self, roms: dict[str, list[int]]) -> dict[int, dict[int, torch.Tensor]]:
+        """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image in
+        ``roms``, and every paired RAM (its rows hold the ballast from the start)."""
+        from backends.emit import rom_state
+        prog = _ProgView(self.chip)
+        out: dict[int, dict[int, torch.Tensor]] = {}
+        for name, m in self.chip["memories"].items():
+            words = roms.get(name, [])
+            if any(words) or m.get("pair"):
+                for (layer, vh), st in rom_state(prog, _NumView(self.num), name, words).items():
+                    out.setdefault(layer, {})[vh] = st
+        return out
+
+    def read_memories(self, cache: DynamicCache, row: int = 0) -> dict[str, list[int | None]]:
+        """Every memory's words from the recurrent state of batch row ``row`` (read port 0's
+        copy); a word whose cells are not exactly Vs times an integer of the cell's bits
+        (0 or 1 for bit cells, 0..255 for byte cells) is None."""
+        prog = _ProgView(self.chip)
+        t = prog.target
+        nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
+        res: dict[str, list[int | None]] = {}
+        for name, p in prog.mems.items():
+            P = p.per_row
+            nrows = -(-p.depth // P)
+            limbs = torch.zeros(-(-p.width // LIMB_BITS), nrows, P, dtype=torch.int64)
+            bad = torch.zeros(nrows, P, dtype=torch.bool)
+            for rb in range(p.rowblocks):
+                lo, hi = rb * p.rows, min(nrows, (rb + 1) * p.rows)
+                for sl in range(p.slices):
+                    layer, kh = p.bank(0, rb, sl)
+                    state = self.recurrent_state(cache, layer, row)
+                    for v in range(t.v_per_k):
+                        cells = state[kh * t.v_per_k + v, :, nbv:].double() / vs
+                        for j in range(t.d_v - nbv):
+                            col = head_cell(p, t, sl, v, j)
+                            if col is None:
+                                break
+                            wi, r0, _, b0, nb = col
+                            c = cells[r0:r0 + hi - lo, j]
+                            ci = c.round()
+                            bad[lo:hi, wi] |= (c != ci) | (ci < 0) | (ci >= (1 << nb))
+                            cv = ci.clamp(0, (1 << nb) - 1).long()
+                            k, sh = divmod(b0, LIMB_BITS)
+                            limbs[k, lo:hi, wi] |= (cv << sh) & ((1 << LIMB_BITS) - 1)
+                            if sh + nb > LIMB_BITS:         # the cell crosses into the next limb
+                                limbs[k + 1, lo:hi, wi] |= cv >> (LIMB_BITS - sh)
+            flat = [lb.view(-1)[:p.depth].tolist() for lb in limbs]
+            words = flat[0] if len(flat) == 1 else \
+                [sum(x << (LIMB_BITS * k) for k, x in enumerate(ws)) for ws in zip(*flat)]
+            badw = bad.view(-1)[:p.depth].tolist()
+            res[name] = [None if b else int(w) for w, b in zip(words, badw)]
+        return res
+
+    def byte_cells_inexact(self) -> bool:
+        """True when this engine's fp32 chunked prefill cannot be exact: byte-cell memories
+        with two-hot queries (d_k not a power of 4) in fp32 (docs/backend.md, "Memories")."""
+        from backends.schedule import byte_cells_exact
+        from backends.target import Target
+        return (not byte_cells_exact(Target(**self.tgt), self.dtype_name) and
+                any(m.get("cell_bits", 1) > 1 for m in self.chip["memories"].values()))
+
+
+class _ProgView:
+    """The parts of a Program that :func:`backends.emit.rom_state` reads, from chip.json."""
+
+    def __init__(self, chip: dict[str, Any]):
+        from backends.target import Target
+        t = dict(chip["target"])
+        self.target = Target(**t)
+        self.mems = {n: _MemView(m) for n, m in chip["memories"].items()}
+
+
+class _MemView:
+    def __init__(self, m: dict[str, Any]):
+        self.width, self.depth, self.rows = m["width"], m["depth"], m["rows_per_bank"]
+        self.rowblocks, self.slices, self.pack = m["rowblocks"], m["slices"], m["pack"]
+        self.cell = m.get("cell_bits", 1)
+        self.pair = m.get("pair", False)
+        self.vsel = m.get("vsel", 0)
+        self.banks = [tuple(b) for b in m["banks"]]
+        self.ports = max(1, m["read_ports"])
+
+    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
+        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
+
+    per_row = MemPlan.per_row
+
+
+class _NumView:
+    def __init__(self, d: dict[str, Any]):
+        self.__dict__.update(d)

@@ -1,0 +1,147 @@
+"""Engine "fast": a compiled chip's own weights, run sparsely by the project's C kernel,
+bit-identical to transformers (engine "hf").
+
+Takes: a compiled directory (what ``deltachip compile`` writes, or a core-cache entry): its
+config, chip.json and safetensors — the weights, not the IR. Gives: :class:`FastEngine`, the
+engine interface of :class:`backends.engine.ChipEngine`: caches of independent streams
+(:class:`FastCache`, ROM images preloaded), ``decode_step``, ``prefill`` (the positions fed
+one by one: the kernel has one path, which gives what transformers' decode and, for chips
+whose proof covers prefill, its chunked prefill give), ``sublayer_taps`` and memory
+read-back. Loading verifies every structural fact the kernel relies on
+(:mod:`backends.fast.model`); a checkpoint that breaks one is refused with the reason, and
+a value that leaves the kernel's exact domain stops its stream with
+:class:`backends.fast.native.FastError`: never a silently different run.
+
+Streams of one cache run on ``threads`` threads (default: the CPU count), each C call
+releasing the GIL.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from backends.engine import ChipEngine
+from backends.fast import model as fmodel
+from backends.fast.native import FastError, Native
+
+__all__ = ["FastEngine", "FastCache", "FastError"]
+
+
+class FastCache:
+    """The state of ``len(states)`` independent streams (C states, one per batch row)."""
+
+    def __init__(self, native: Native, states: list[Any]):
+        self.native = native
+        self.states = states
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+
+class FastEngine(ChipEngine):
+    """A compiled chip on the fast kernel (see the module docstring)."""
+    name = "fast"
+
+    def __init__(self, path: str | Path, dtype: str | None = None,
+                 roms: dict[str, list[int]] | None = None, threads: int | None = None,
+                 progress: Callable[[str], None] | None = None):
+        super().__init__(path, dtype, roms)
+        self.model = fmodel.load(self.path, self.dtype_name, progress)
+        self.native = Native(self.model)
+        self.threads = max(1, threads or os.cpu_count() or 1)
+        self._gdn = {li: ly.gdn for li, ly in enumerate(self.model.layers) if ly.kind == 0}
+        self._taps: Sequence[torch.Tensor] | None = None
+        self._taps_out: dict[int, torch.Tensor] | None = None
+
+    # ---- state ---------------------------------------------------------------------------
+    def new_cache(self, batch: int = 1,
+                  roms: Sequence[dict[str, list[int]]] | None = None) -> FastCache:
+        """``batch`` streams with the engine's ROM images preloaded (row b's own ``roms[b]``
+        over the engine's, when given)."""
+        if roms is not None and len(roms) != batch:
+            raise ValueError(f"{len(roms)} memory images for batch {batch}")
+        shared = self.rom_states(self.roms) if roms is None else None
+        states = []
+        for b in range(batch):
+            st = self.native.new_state()
+            rec = self.native.recurrent(st)
+            rows = shared if roms is None else self.rom_states({**self.roms, **roms[b]})
+            for layer, heads in rows.items():
+                for vh, s in heads.items():
+                    rec[self._gdn[layer], vh] = s.numpy()
+            states.append(st)
+        return FastCache(self.native, states)
+
+    def recurrent_state(self, cache: FastCache, layer: int, row: int) -> torch.Tensor:
+        return torch.from_numpy(self.native.recurrent(cache.states[row])[self._gdn[layer]])
+
+    # ---- running -------------------------------------------------------------------------
+    def _each(self, fn: Callable[[int], Any], n: int) -> list[Any]:
+        if self.threads == 1 or n == 1:
+            return [fn(b) for b in range(n)]
+        with ThreadPoolExecutor(min(self.threads, n)) as pool:
+            return list(pool.map(fn, range(n)))
+
+    def _feed(self, cache: FastCache, ids: np.ndarray) -> np.ndarray:
+        """Feed ids [B, T] (row b to stream b); the argmax ids [B, T], the taps recorded
+        when :meth:`sublayer_taps` is active."""
+        B, T = ids.shape
+        if B != len(cache):
+            raise ValueError(f"{B} rows of ids for a cache of {len(cache)} streams")
+        nat = self.native
+        taps = (np.zeros((B, T, 2 * len(self.model.layers), self.model.H), dtype=np.float32)
+                if self._taps is not None else None)
+
+        def one(b: int) -> np.ndarray:
+            return nat.feed(cache.states[b], ids[b], None if taps is None else taps[b])
+        out = np.stack(self._each(one, B))
+        if taps is not None and self._taps_out is not None:
+            for s, dims in enumerate(self._taps):
+                self._taps_out[s] = torch.from_numpy(
+                    taps[:, :, s][:, :, dims.numpy()].astype(np.float64))
+        return out
+
+    @torch.no_grad()
+    def decode_step(self, ids: Sequence[int], cache: FastCache) -> torch.Tensor:
+        """Feed one token per stream; returns the argmax ids [B]."""
+        return torch.from_numpy(self._feed(cache, np.asarray(ids, dtype=np.int64)[:, None])[:, 0])
+
+    @torch.no_grad()
+    def prefill(self, ids: torch.Tensor, cache: FastCache | None = None
+                ) -> tuple[torch.Tensor, FastCache]:
+        """Feed [B, T] ids; returns (argmax ids [B, T], cache)."""
+        cache = cache if cache is not None else self.new_cache(ids.shape[0])
+        return torch.from_numpy(self._feed(cache, np.asarray(ids, dtype=np.int64))), cache
+
+    @contextmanager
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]) -> Iterator[dict[int, torch.Tensor]]:
+        """As :meth:`backends.hf_engine.HFEngine.sublayer_taps`: while active, every call
+        records ``taps[s]`` = dims ``dims[s]`` of the residual after sublayer s."""
+        taps: dict[int, torch.Tensor] = {}
+        self._taps, self._taps_out = dims, taps
+        try:
+            yield taps
+        finally:
+            self._taps, self._taps_out = None, None
+
+    def run(self, cache: FastCache, row: int, first: int, n: int,
+            stop: np.ndarray | None = None) -> np.ndarray:
+        """Free-running stream ``row`` from token id ``first``: the ids it emits, up to
+        ``n``, ending once one whose bit is set in ``stop`` (packed over ids) is emitted
+        (that one is not fed)."""
+        return self.native.run(cache.states[row], first, n, stop)
+
+    def stop_bitmap(self, kinds: Sequence[int]) -> np.ndarray:
+        """A packed bitmap over the vocabulary with the ids of token kinds ``kinds`` set."""
+        bits = np.zeros(self.model.vocab, dtype=bool)
+        offs = self.circuit.kind_offsets()
+        for k in kinds:
+            n = 1 << self.circuit.kinds[k].payload_bits
+            bits[offs[k]:offs[k] + n] = True
+        return np.packbits(bits, bitorder="little")
