@@ -1,8 +1,11 @@
-"""Differential check: the compiled weights (engine "hf") against the reference simulator.
+"""Differential check: the compiled weights against the reference simulator, or one engine
+against another.
 
 Takes: a compiled directory and run options. Gives: :class:`CheckReport` (positions compared,
 every :class:`Mismatch`), from :func:`check_dir` (or :func:`check_engine` on a loaded
-:class:`backends.hf_engine.HFEngine`).
+engine, any :class:`backends.engine.ChipEngine`: ``hf`` or ``fast``), and from
+:func:`compare_engines` (engine against engine, e.g. fast against hf, bit for bit: the
+same next token, the same memories and every residual dim after every sublayer equal).
 
 Modes:
 - decode (default): greedy, one token per call; at each position the model's argmax is the
@@ -41,7 +44,7 @@ from contextlib import nullcontext
 
 from hdl.ir import Circuit, Token
 from hdl.sim import SimError, Simulator, StepResult, format_token
-from backends.hf_engine import HFEngine
+from backends.engine import ChipEngine
 from backends.lanemap import LaneDivergence, LaneMap, SignalDivergence
 
 #: Positions fed per prefill call.
@@ -107,7 +110,7 @@ class _Lanes:
     """Lane checking for one run: the chip's :class:`LaneMap` and the rows already found
     diverging (later divergences of a row are consequences of its first)."""
 
-    def __init__(self, eng: HFEngine, rep: CheckReport):
+    def __init__(self, eng: ChipEngine, rep: CheckReport):
         self.rep = rep
         self.map = LaneMap(eng.chip["lanemap"], eng.circuit)
         self.done: set[int] = set()
@@ -131,7 +134,7 @@ class _Lanes:
             self.done.add(row)
 
 
-def _lanes(eng: HFEngine, lanes: bool, rep: CheckReport) -> _Lanes | None:
+def _lanes(eng: ChipEngine, lanes: bool, rep: CheckReport) -> _Lanes | None:
     if not lanes:
         return None
     if "lanemap" not in eng.chip:
@@ -164,7 +167,7 @@ def _want(c: Circuit, before: dict[str, list[int]], sim: Simulator,
             if n in after or n not in new}
 
 
-def check_engine(eng: HFEngine, steps: int, batch: int = 1, prefill: bool = False,
+def check_engine(eng: ChipEngine, steps: int, batch: int = 1, prefill: bool = False,
                  starts: Sequence[Token] | None = None, mem_every: int = 1,
                  max_mismatches: int = 20, lanes: bool = True,
                  chunk: int = PREFILL_CHUNK,
@@ -202,7 +205,7 @@ def _fmt(c: Circuit, t: Token) -> str:
     return f"'{format_token(c, t)}'"
 
 
-def _decode(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: int,
+def _decode(eng: ChipEngine, sims: list[Simulator], starts: list[Token], steps: int,
             rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor],
             mem_every: int, max_mismatches: int,
             roms: Sequence[dict[str, list[int]]] | None) -> None:
@@ -240,7 +243,7 @@ def _decode(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: in
             break
 
 
-def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: int,
+def _prefill(eng: ChipEngine, sims: list[Simulator], starts: list[Token], steps: int,
              rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor], chunk: int,
              max_mismatches: int, roms: Sequence[dict[str, list[int]]] | None) -> None:
     """The simulator's streams fed ``chunk`` positions per call; rows are cut to the
@@ -289,7 +292,7 @@ def _prefill(eng: HFEngine, sims: list[Simulator], starts: list[Token], steps: i
     rep.positions = pos * batch
 
 
-def _fmt_id(eng: HFEngine, tid: int) -> str:
+def _fmt_id(eng: ChipEngine, tid: int) -> str:
     try:
         return _fmt(eng.circuit, eng.token_of(tid))
     except ValueError:
@@ -298,7 +301,90 @@ def _fmt_id(eng: HFEngine, tid: int) -> str:
 
 def check_dir(path: str | Path, steps: int, dtype: str | None = None, batch: int = 1,
               prefill: bool = False, starts: Sequence[Token] | None = None,
-              mem_every: int = 1, lanes: bool = True) -> CheckReport:
-    """Load ``path`` with transformers and compare it with the simulator."""
-    eng = HFEngine(path, dtype)
-    return check_engine(eng, steps, batch, prefill, starts, mem_every, lanes=lanes)
+              mem_every: int = 1, lanes: bool = True, engine: str = "hf") -> CheckReport:
+    """Load ``path`` on ``engine`` (hf: transformers; fast) and compare it with the
+    simulator."""
+    return check_engine(load_engine(engine, path, dtype), steps, batch, prefill, starts,
+                        mem_every, lanes=lanes)
+
+
+def load_engine(name: str, path: str | Path, dtype: str | None = None,
+                roms: dict[str, list[int]] | None = None) -> ChipEngine:
+    """The engine ``name`` (``hf`` or ``fast``) on the checkpoint at ``path``."""
+    if name == "hf":
+        from backends.hf_engine import HFEngine
+        return HFEngine(path, dtype, roms)
+    if name == "fast":
+        from backends.fast.engine import FastEngine
+        return FastEngine(path, dtype, roms)
+    raise CheckError(f"unknown engine '{name}' (engines: fast, hf)")
+
+
+def compare_engines(eng: ChipEngine, ref: ChipEngine, steps: int, batch: int = 1,
+                    starts: Sequence[Token] | None = None, mem_every: int = 1,
+                    lanes: bool = True, max_mismatches: int = 20,
+                    roms: Sequence[dict[str, list[int]]] | None = None,
+                    stream: Sequence[Sequence[Token]] | None = None) -> CheckReport:
+    """``eng`` against ``ref`` (e.g. fast against hf) on the same checkpoint, position by
+    position, in decode: both are fed the same tokens — ``stream[b]`` when given (e.g. the
+    simulator's), else ``eng``'s own argmax after the start token — for ``steps``
+    positions or until a halt token has been fed. At every position both argmax ids must be
+    equal; with ``lanes``, every residual dim after every sublayer must be equal; the
+    memories must be equal every ``mem_every`` positions and at the end."""
+    c = eng.circuit
+    if starts is None and stream is None:
+        if c.start is None:
+            raise CheckError(f"circuit '{c.name}' declares no start token: pass --start")
+        starts = [c.start] * batch
+    rows = [list(s) for s in stream] if stream is not None else [[t] for t in starts]
+    batch = len(rows)
+    rep = CheckReport()
+    ca, cb = eng.new_cache(batch, roms), ref.new_cache(batch, roms)
+    n_slots = 2 * len(eng.chip["config"]["layer_types"])
+    dims = [torch.arange(eng.chip["config"]["hidden_size"])] * n_slots if lanes else None
+    cur = [r[0] for r in rows]
+    active = [True] * batch
+    with (eng.sublayer_taps(dims) if lanes else nullcontext({})) as ta, \
+            (ref.sublayer_taps(dims) if lanes else nullcontext({})) as tb:
+        for t in range(steps + 1):
+            ids = [eng.token_id(tok) for tok in cur]
+            pa, pb = eng.decode_step(ids, ca), ref.decode_step(ids, cb)
+            rep.positions += sum(active)
+            for b in range(batch):
+                if not active[b]:
+                    continue
+                last = t == steps or c.kinds[cur[b].kind].halt or (
+                    stream is not None and t + 1 >= len(rows[b]))
+                if int(pa[b]) != int(pb[b]):
+                    rep.mismatches.append(Mismatch(b, t, "next token", _fmt_id(ref, int(pb[b])),
+                                                   _fmt_id(eng, int(pa[b]))))
+                    active[b] = False
+                if lanes and active[b]:
+                    rep.lane_checks += n_slots * len(dims[0])
+                    for s in range(n_slots):
+                        diff = torch.nonzero(ta[s][b, 0] != tb[s][b, 0])
+                        if len(diff):
+                            d = int(diff[0])
+                            rep.mismatches.append(Mismatch(
+                                b, t, f"residual dim {d} after sublayer {s}",
+                                repr(float(tb[s][b, 0, d])), repr(float(ta[s][b, 0, d]))))
+                            active[b] = False
+                            break
+                if active[b] and (t % mem_every == 0 or last):
+                    rep.memory_checks += 1
+                    ma, mb = eng.read_memories(ca, b), ref.read_memories(cb, b)
+                    for name in mb:
+                        if ma[name] != mb[name]:
+                            a = next(i for i, (x, y) in enumerate(zip(ma[name], mb[name])) if x != y)
+                            rep.mismatches.append(Mismatch(b, t, f"{name}[{a}]", str(mb[name][a]),
+                                                           str(ma[name][a])))
+                            active[b] = False
+                            break
+                if last:
+                    active[b] = False
+                elif active[b]:
+                    cur[b] = rows[b][t + 1] if stream is not None else eng.token_of(int(pa[b]))
+            if not any(active) or len(rep.mismatches) >= max_mismatches:
+                break
+    rep.mismatches = rep.mismatches[:max_mismatches]
+    return rep

@@ -1,5 +1,6 @@
 """The core's engines for ``deltachip run``: ``sim`` (the core's HDL in the reference
-simulator) and ``hf`` (the compiled core in transformers' own Qwen3.5 modules).
+simulator), ``hf`` (the compiled core in transformers' own Qwen3.5 modules) and ``fast``
+(the same compiled core on the fast engine, :mod:`backends.fast`).
 
 Both load a program with :mod:`cpu.rv32.loader`, run the core one token per step, read the
 token stream with :class:`cpu.rv32.protocol.TraceReader`, and return a
@@ -230,16 +231,19 @@ class HFCore(CoreEngine):
     def __init__(self, image: CoreImage, sizes: CoreSizes = FULL, target: str = "compact",
                  dtype: str = "bf16", checkpoint: Path | None = None):
         super().__init__(image, sizes)
-        from backends.hf_engine import HFEngine
         self.target = target
         path = checkpoint or compiled_core(sizes, target, dtype)
-        self.hf = HFEngine(path, dtype, roms=image.images)
+        self.hf = self._load(path, dtype)
         self.cache = self.hf.new_cache(1)
         layers = self.hf.chip["layers"]
         self.layers = len(layers)
         self.nonzero_layers = sum(layer["nonzero_weights"] for layer in layers)
         #: everything outside the decoder layers: the embedding and lm_head rows (+ the norm)
         self.nonzero_vocab = self.hf.chip["nonzero_weights"] - self.nonzero_layers
+
+    def _load(self, path: Path, dtype: str) -> Any:
+        from backends.hf_engine import HFEngine
+        return HFEngine(path, dtype, roms=self.image.images)
 
     def _step(self, tok: Token) -> Token:
         nxt = self.hf.decode_step([self.hf.token_id(tok)], self.cache)
@@ -252,15 +256,49 @@ class HFCore(CoreEngine):
         return s
 
 
+class FastCore(HFCore):
+    """The compiled core on the fast engine (:class:`backends.fast.engine.FastEngine`): the
+    same checkpoint as ``hf``, run sparsely in C, bit-identical. Tokens are made in chunks
+    by the kernel (no more tokens per chunk than instructions left in the budget, so a run
+    stops where the token-by-token loop would) and read back one by one."""
+    name = "fast"
+    #: tokens the kernel makes per call
+    CHUNK = 4096
+
+    def _load(self, path: Path, dtype: str) -> Any:
+        from backends.fast.engine import FastEngine
+        return FastEngine(path, dtype, roms=self.image.images, threads=1)
+
+    def run(self, max_steps: int, trace: bool = False) -> RunResult:
+        r = self.reader
+        eng = self.hf
+        out0, n0 = len(r.output), r.instructions
+        stop = eng.stop_bitmap([k for k, kind in enumerate(eng.circuit.kinds) if kind.halt])
+        while not r.done:
+            left = max_steps - (r.instructions - n0)
+            if left <= 0 and executes(self.cur):
+                break
+            ids = eng.run(self.cache, 0, eng.token_id(self.cur), max(1, min(self.CHUNK, left)), stop)
+            for tid in ids.tolist():
+                self.cur = eng.token_of(tid)
+                r.feed(self.cur)
+                if r.done:
+                    break
+            if not len(ids):
+                break
+        return RunResult(r.exit_code, bytes(r.output[out0:]), r.instructions - n0, r.fault,
+                         [] if trace else None, timed_out=not r.done)
+
+
 def sim_engine(path: Path, input_text: bytes | None) -> SimCore:
     """``deltachip run --engine sim``: the full core in the reference simulator."""
     return SimCore(load_program(path, input_text))
 
 
 def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
-              dtype: str = "bf16") -> HFCore:
+              dtype: str = "bf16", engine: type[HFCore] = HFCore) -> HFCore:
     """``deltachip run --engine hf [--target T] [--dtype D]``: the full core, compiled (and
-    cached) for ``target``/``dtype``, in transformers."""
+    cached) for ``target``/``dtype``, in transformers (or on ``engine``)."""
     from backends.target import get_target
     get_target(target)                  # a bad --target is refused before any work
     image = load_program(path, input_text)
@@ -268,4 +306,11 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
     if not (where / "chip.json").is_file():
         print(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
               f"{where.parent}", file=sys.stderr, flush=True)
-    return HFCore(image, target=target, dtype=dtype)
+    return engine(image, target=target, dtype=dtype)
+
+
+def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",
+                dtype: str = "bf16") -> FastCore:
+    """``deltachip run --engine fast``: the same compiled core as ``hf``, on the fast
+    engine."""
+    return hf_engine(path, input_text, target, dtype, FastCore)

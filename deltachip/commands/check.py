@@ -1,4 +1,5 @@
-"""``deltachip check``: run a compiled chip in transformers and compare it with the simulator.
+"""``deltachip check``: run a compiled chip in transformers (or on the fast engine) and
+compare it with the simulator, or the fast engine with transformers.
 
 Takes: a directory written by ``deltachip compile``, a step count, a dtype, a batch size,
 ``--prefill``, an optional start token, ``--no-lanes``. Gives: every mismatch (position,
@@ -18,13 +19,16 @@ from common.kinds import DType
 DESCRIPTION = """Run a compiled chip in transformers' own Qwen3_5ForCausalLM and compare every
 position with the reference simulator: the next token, every memory's contents (read back
 from the GDN recurrent state) and, after every sublayer, every live residual lane against the
-value the compiler designed it to hold."""
+value the compiler designed it to hold. --engine fast runs the same checkpoint on the fast
+sparse engine instead; --against hf compares that engine with transformers, bit for bit."""
 
 EPILOG = """examples:
   deltachip check build/counter --steps 64
   deltachip check build/gcd --steps 200 --dtype fp32 --batch 4
   deltachip check build/gcd --steps 200 --prefill --start 'Step a=48 b=18'
   deltachip check build/stack --steps 40 --mem-every 10
+  deltachip check build/gcd --steps 200 --engine fast                 # fast against the simulator
+  deltachip check build/gcd --steps 200 --engine fast --against hf    # fast against transformers
 
 (build/counter, build/gcd and build/stack as made by the examples of `deltachip compile`.)
 
@@ -36,6 +40,10 @@ each layer's GDN and MLP sublayer, every live lane must equal its designed value
 compiled program's neurons evaluated on the simulator's traced memory reads); the first
 diverging lane of each row is printed as `LANE position P: layer L GDN|MLP: lane ...
 carrying bit B of signal `s` (op at file:line:col): designed D, model M`. --no-lanes compares tokens and memories only.
+
+--against hf (with --engine fast) feeds both engines the same tokens (the fast engine's
+argmax) in decode and compares, at every position, the next token, every residual dim after
+every sublayer (not only the live lanes) and, every --mem-every positions, every memory.
 """
 
 
@@ -54,23 +62,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compare memories every N positions (default 1)")
     p.add_argument("--no-lanes", dest="lanes", action="store_false",
                    help="compare tokens and memories only, not the residual lanes")
+    p.add_argument("--engine", choices=["hf", "fast"], default="hf",
+                   help="the engine that runs the checkpoint (default hf: transformers)")
+    p.add_argument("--against", choices=["sim", "hf"], default="sim",
+                   help="what it is compared with (default sim: the reference simulator; hf: "
+                        "transformers, bit for bit, with --engine fast)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
-    from backends.check import check_engine
-    from backends.hf_engine import HFEngine
+    from backends.check import check_engine, compare_engines, load_engine
     from hdl.sim import parse_token
     if args.steps < 0 or args.batch < 1 or args.mem_every < 1:
         raise UserError("--steps must be >= 0, --batch and --mem-every >= 1")
+    if args.against == args.engine:
+        raise UserError(f"--against {args.against} compares an engine with itself: use "
+                        f"--engine fast --against hf")
+    if args.against == "hf" and args.prefill:
+        raise UserError("--against hf compares in decode; --prefill is for --against sim")
     hf_logging.disable_progress_bar()
-    eng = HFEngine(args.dir, args.dtype)
+    eng = load_engine(args.engine, args.dir, args.dtype)
     starts = None
     if args.start is not None:
         starts = [parse_token(eng.circuit, args.start)] * args.batch
-    rep = check_engine(eng, args.steps, args.batch, args.prefill, starts, args.mem_every,
-                       lanes=args.lanes)
+    if args.against == "hf":
+        rep = compare_engines(eng, load_engine("hf", args.dir, args.dtype), args.steps,
+                              args.batch, starts, args.mem_every, lanes=args.lanes)
+    else:
+        rep = check_engine(eng, args.steps, args.batch, args.prefill, starts, args.mem_every,
+                           lanes=args.lanes)
     for note in rep.notes:
         print(f"note: {note}")
     for line in rep.problems():
@@ -80,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     status = "OK" if rep.ok else f"FAILED ({shown} mismatches shown)"
     mems = (f"{rep.memory_checks} memory comparison{'s' * (rep.memory_checks != 1)}, "
             if eng.circuit.memories else "")
-    print(f"{status}: {rep.positions} positions ({mode}, {eng.dtype_name}, batch {args.batch}), "
+    what = "" if (args.engine, args.against) == ("hf", "sim") else f"{args.engine} against {args.against}, "
+    print(f"{status}: {rep.positions} positions ({what}{mode}, {eng.dtype_name}, batch {args.batch}), "
           f"{mems}{rep.lane_checks} lane values compared")
     return 0 if rep.ok else 1

@@ -9,7 +9,8 @@ Engines are a registry (:data:`ENGINES`): a name, the ``module:callable`` that l
 program (``factory(path, input_text) -> machine`` whose ``run(max_steps, trace)`` returns a
 :class:`cpu.emulator.RunResult`) and a one-line description. The module is imported only
 when the engine is chosen, so an engine whose dependencies are missing does not break the
-others. ``sim`` and ``hf`` run the core of cpu/rv32 (docs/cpu.md); later engines add an entry here.
+others. ``sim``, ``hf`` and ``fast`` run the core of cpu/rv32 (docs/cpu.md); later engines
+add an entry here.
 """
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ register_engine("sim", "cpu.rv32.engines:sim_engine",
                 "the core's HDL (cpu/rv32) in the reference simulator")
 register_engine("hf", "cpu.rv32.engines:hf_engine",
                 "the compiled core in transformers' Qwen3.5 modules", compiled=True)
+register_engine("fast", "cpu.rv32.engines:fast_engine",
+                "the same compiled core on the fast sparse engine, bit-identical to hf",
+                compiled=True)
 
 EPILOG = """examples:
   deltachip run hello.elf
@@ -120,7 +124,8 @@ def run_command(args: argparse.Namespace) -> int:
     for opt in ("target", "dtype"):
         if getattr(args, opt) is not None:
             if not engine.compiled:
-                raise UserError(f"--{opt} applies to the compiled engines (hf), not --engine {engine.name}")
+                raise UserError(f"--{opt} applies to the compiled engines (hf, fast), not "
+                                f"--engine {engine.name}")
             options[opt] = getattr(args, opt)
     machine = engine.load()(args.program, input_text, **options)
     with contextlib.ExitStack() as outputs:
