@@ -1,0 +1,137 @@
+"""The fast engine (backends/fast) against transformers (engine hf), bit for bit, and the
+structural facts it verifies at load.
+
+fast = hf: at every position the same next token, every residual dim after every sublayer
+equal and every memory equal (:func:`backends.check.compare_engines`), on the examples and
+random circuits (tests/hdl/ir_fuzz.py) in bf16 and fp32, batch 1 and 3; fast = sim through
+``check_engine`` (tokens, memories, designed lane values). A checkpoint that breaks a fact
+the kernel relies on is refused with the tensor and the fact named.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import deltachip
+from backends.check import check_engine, compare_engines, load_engine
+from backends.compiler import compile_to_dir
+from backends.fast.engine import FastEngine
+from backends.fast.model import FastRefused
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_fuzz import fuzz, small_circuit  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = {"counter": ("examples/counter/counter.hdl", None),
+            "gcd": ("examples/gcd/gcd.hdl", "Step a=144 b=233"),
+            "stack_machine": ("examples/stack_machine/stack_machine.hdl", None)}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    made: dict[tuple[str, str], Path] = {}
+
+    def get(name: str, dtype: str) -> Path:
+        if (name, dtype) not in made:
+            d = tmp_path_factory.mktemp(f"{name}-{dtype}") / "chip"
+            chip = deltachip.compile(deltachip.load(ROOT / EXAMPLES[name][0]), target="compact",
+                                     dtype=dtype)
+            chip.save(d)
+            made[name, dtype] = d
+        return made[name, dtype]
+    return get
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_fast_equals_hf_on_the_examples(compiled, name, dtype):
+    d = compiled(name, dtype)
+    fast, hf = load_engine("fast", d), load_engine("hf", d)
+    start = EXAMPLES[name][1]
+    starts = None
+    if start:
+        from hdl.sim import parse_token
+        starts = [parse_token(fast.circuit, start)] * 3
+    rep = compare_engines(fast, hf, steps=120, batch=3, starts=starts)
+    assert rep.ok, "\n".join(rep.problems())
+    assert rep.positions > 10 and rep.lane_checks > 0
+    assert rep.memory_checks > 0 or not fast.circuit.memories
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_fast_equals_sim_with_lanes(compiled, dtype):
+    eng = FastEngine(compiled("stack_machine", dtype))
+    for prefill in (False, True):
+        rep = check_engine(eng, steps=300, batch=2, prefill=prefill)
+        assert rep.ok, "\n".join(rep.problems())
+        assert rep.positions > 100 and rep.lane_checks > 10_000
+
+
+@fuzz(8)
+def test_fast_equals_hf_on_random_circuits(tmp_path, seed, dtype):
+    c, images, start = small_circuit(seed, transparent=0.3)
+    if c is None:
+        return
+    d = tmp_path / f"s{seed}"
+    compile_to_dir(c, d, dtype=dtype, roms=images)
+    rep = compare_engines(load_engine("fast", d), load_engine("hf", d), steps=12,
+                          starts=[start] * 2)
+    assert rep.ok, (seed, rep.problems())
+
+
+@fuzz(100, slow=True)
+def test_fast_equals_hf_on_random_circuits_many(tmp_path, seed, dtype):
+    test_fast_equals_hf_on_random_circuits.hypothesis.inner_test(tmp_path, seed, dtype)
+
+
+# ---- refusals -------------------------------------------------------------------------------
+
+def _tamper(src: Path, dst: Path, edit) -> Path:
+    shutil.copytree(src, dst)
+    f = next(dst.glob("*.safetensors"))
+    t = load_file(f)
+    edit(t)
+    save_file(t, f, metadata={"format": "pt"})
+    return dst
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda t: t["model.layers.0.linear_attn.conv1d.weight"].__setitem__((0, 0, 0), 1.0),
+     "conv1d.weight: a channel with more than one tap"),
+    (lambda t: t["model.layers.0.linear_attn.in_proj_a.weight"].__setitem__((0, 0), 1.0),
+     "in_proj_a.weight is not zero"),
+    (lambda t: t["model.layers.0.linear_attn.dt_bias"].fill_(0.0),
+     "dt_bias is above -104"),
+    (lambda t: t["model.layers.0.input_layernorm.weight"].__setitem__(5, 0.5),
+     "1 + weight is not a power of two"),
+    (lambda t: t["lm_head.weight"].__setitem__((3, 0), 1.0),
+     "lm_head row 3 is not its kind's base row"),
+    (lambda t: t["model.embed_tokens.weight"].__setitem__((2, 0), 2.0 ** 10),
+     "the ballast dims differ between embedding rows"),
+])
+def test_a_checkpoint_that_breaks_a_fact_is_refused(compiled, tmp_path, edit, said):
+    d = _tamper(compiled("counter", "bf16"), tmp_path / "bad", edit)
+    with pytest.raises(FastRefused) as e:
+        FastEngine(d)
+    assert said in str(e.value)
+    assert "run it with --engine hf" in str(e.value)
+
+
+def test_a_value_outside_the_exact_domain_stops_the_stream(compiled, tmp_path):
+    """A tampered weight that moves a gate pre-activation into silu's inexact range: the
+    stream stops with the layer named, instead of running on."""
+    def edit(t):
+        g = t["model.layers.0.mlp.gate_proj.weight"]
+        g[g != 0] = g[g != 0] / 64
+    d = _tamper(compiled("counter", "bf16"), tmp_path / "bad", edit)
+    eng = FastEngine(d)
+    from backends.fast.native import FastError
+    with pytest.raises(FastError, match=r"layer 0: a silu input outside"):
+        check_engine(eng, steps=12)
