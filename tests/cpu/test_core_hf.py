@@ -11,7 +11,9 @@ ecall.
 
 The full core on the compact target runs the ISA suite and the short firmware programs
 teacher-forced (chunked prefill: every position's next token, every memory after every
-chunk, every lane), a few minutes after its compile into the cache.
+chunk, every lane): a slow test, since on a CPU without bf16 hardware transformers takes
+seconds per position; the default run checks the full core on the fast engine instead
+(tests/cpu/test_core_fast.py: fast = hf on a short trace, fast = sim on whole programs).
 """
 from __future__ import annotations
 
@@ -83,7 +85,7 @@ def test_hf_equals_sim_per_position(tiny_checkpoint):
     from backends.hf_engine import HFEngine
     image = image_of(_machine(), TINY)
     eng = HFEngine(tiny_checkpoint, "bf16", roms=image.images)
-    rep = check_engine(eng, steps=400, starts=[image.start], mem_every=16)
+    rep = check_engine(eng, steps=100, starts=[image.start], mem_every=16)
     assert rep.ok, "\n".join(map(str, rep.mismatches))
     assert rep.positions > 40 and rep.memory_checks > 3
 
@@ -111,12 +113,14 @@ def full_compact():
     return HFEngine(compiled_core(FULL, "compact", "bf16"), "bf16")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ISA_TESTS)
 def test_full_core_runs_the_isa_suite(full_compact, name, tmp_path):
     elf = toolchain.build([toolchain.ISA_TESTS_DIR / f"{name}.S"], tmp_path / f"{name}.elf")
     check_in_prefill(full_compact, lambda: Machine.from_elf(elf))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SHORT_FIRMWARE)
 def test_full_core_runs_short_firmware(full_compact, name, firmware_elf):
     elf = firmware_elf(name)

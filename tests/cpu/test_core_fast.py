@@ -1,0 +1,96 @@
+"""The compiled core on the fast engine: against transformers (hf) bit for bit on short
+traces, against the simulator and the golden emulator on whole programs.
+
+Default run: the full core on compact shapes (bf16, from the core cache): fast = hf on the
+first positions of product (every residual dim after every sublayer, the next token, every
+memory); fast = sim teacher-forced over the ISA suite and the shipped firmware below the
+long ones (every position's next token, every memory after every 2,048 positions, every
+designed lane on the short ones); ``deltachip run --engine fast`` on calc equals ``ref``.
+Slow: the long programs (sieve and the rest) and the qwen3.5-4b shapes.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.check import compare_engines, load_engine
+from core_check import check_in_prefill
+from cpu.emulator import Machine
+from cpu.rv32.build import FULL
+from cpu.rv32.engines import SimCore, compiled_core
+from cpu.rv32.loader import load_program
+from firmware import toolchain
+
+ISA_TESTS = toolchain.isa_programs()
+#: shipped programs of at most ~25,000 tokens (fast, lanes on the short ones)
+FIRMWARE = ["product", "sum", "hello", "fibonacci"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint():
+    return compiled_core(FULL, "compact", "bf16")
+
+
+@pytest.fixture(scope="module")
+def fast(checkpoint):
+    return load_engine("fast", checkpoint)
+
+
+def test_fast_equals_hf_on_the_full_core(checkpoint, firmware_elf):
+    """The first 60 positions of product through both engines, fed the same tokens."""
+    image = load_program(firmware_elf("product"), None)
+    fast = load_engine("fast", checkpoint, roms=image.images)
+    hf = load_engine("hf", checkpoint, roms=image.images)
+    rep = compare_engines(fast, hf, steps=60, starts=[image.start], mem_every=20)
+    assert rep.ok, "\n".join(rep.problems())
+    assert rep.positions == 61 and rep.memory_checks >= 3
+    assert rep.lane_checks == 61 * 22 * 1536
+
+
+@pytest.mark.parametrize("name", ISA_TESTS)
+def test_fast_runs_the_isa_suite(fast, name, tmp_path):
+    elf = toolchain.build([toolchain.ISA_TESTS_DIR / f"{name}.S"], tmp_path / f"{name}.elf")
+    check_in_prefill(fast, lambda: Machine.from_elf(elf))
+
+
+@pytest.mark.parametrize("name", FIRMWARE)
+def test_fast_runs_firmware(fast, name, firmware_elf):
+    elf = firmware_elf(name)
+    check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=3000)
+
+
+def test_cli_fast_engine_runs_calc(firmware_elf, capfd, tmp_path):
+    """`deltachip run calc.elf --engine fast --input '2**100'`: the compiled core computes
+    2**100 with the golden emulator's instruction count."""
+    from deltachip.cli import main
+    elf = str(firmware_elf("calc"))
+    stats = tmp_path / "s.json"
+    assert main(["run", elf, "--engine", "fast", "--input", "2**100",
+                 "--stats", str(stats)]) == 0
+    assert capfd.readouterr().out == "1267650600228229401496703205376\n"
+    s = json.loads(stats.read_text())
+    want = Machine.from_elf(elf, b"2**100").run(10**6)
+    assert (s["engine"], s["target"], s["instructions"]) == ("fast", "compact", want.instructions)
+    assert s["tokens"] > s["instructions"]
+
+
+def test_fast_run_stops_at_the_budget_and_goes_on(firmware_elf):
+    """A budget smaller than the program: the run stops after exactly that many
+    instructions, and a second call goes on to the same outcome as ref."""
+    from cpu.rv32.engines import fast_engine
+    elf = firmware_elf("sum")
+    core = fast_engine(elf, None)
+    first = core.run(100)
+    assert first.timed_out and first.instructions == 100
+    rest = core.run(10**6)
+    want = Machine.from_elf(elf).run(10**6)
+    assert (rest.exit_code, first.output + rest.output, first.instructions + rest.instructions) \
+        == (want.exit_code, want.output, want.instructions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(toolchain.shipped_programs()) - set(FIRMWARE)))
+def test_fast_runs_long_firmware(fast, name, firmware_elf):
+    elf = firmware_elf(name)
+    check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=0)
