@@ -27,8 +27,8 @@ EPILOG = """examples:
   deltachip check build/gcd --steps 200 --dtype fp32 --batch 4
   deltachip check build/gcd --steps 200 --prefill --start 'Step a=48 b=18'
   deltachip check build/stack --steps 40 --mem-every 10
-  deltachip check build/gcd --steps 200 --engine fast                 # fast against the simulator
-  deltachip check build/gcd --steps 200 --engine fast --against hf    # fast against transformers
+  deltachip check build/gcd --steps 200 --engine fast
+  deltachip check build/gcd --steps 200 --engine fast --against hf
 
 (build/counter, build/gcd and build/stack as made by the examples of `deltachip compile`.)
 

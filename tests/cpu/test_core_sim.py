@@ -317,4 +317,4 @@ def test_cli_sim_engine(built, tmp_path, capfd):
     assert s["tokens"] > s["instructions"] and s["tokens_per_instruction"] == \
         round(s["tokens"] / s["instructions"], 4)
     assert main(["run", elf, "--engine", "sim", "--target", "compact"]) == 2
-    assert "--target applies to the compiled engines (hf), not --engine sim" in capfd.readouterr().err
+    assert "--target applies to the compiled engines (hf, fast), not --engine sim" in capfd.readouterr().err

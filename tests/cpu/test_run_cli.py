@@ -123,8 +123,8 @@ def test_engine_registry_and_help(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--engine {hf,ref,sim}" in text and "golden RV32IM+Zba ISA emulator" in text
-    assert {"ref", "sim", "hf"} <= set(ENGINES) and ENGINES["hf"].compiled
+    assert "--engine {fast,hf,ref,sim}" in text and "golden RV32IM+Zba ISA emulator" in text
+    assert {"ref", "sim", "hf", "fast"} <= set(ENGINES) and ENGINES["fast"].compiled
     with pytest.raises(SystemExit) as e:
         main(["run", "x.elf", "--engine", "nope"])
     assert e.value.code == 2
