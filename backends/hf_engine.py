@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from backends.checkpoint import RECOMPILE, ChipDirError, weights_file
 from backends.engine import ChipEngine
+from backends import hf_kernels
 
 
 class HFEngine(ChipEngine):
@@ -60,6 +61,7 @@ class HFEngine(ChipEngine):
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ChipDirError(f"{weights_file(self.path)} does not fit config.json: "
                                f"{problems[0]}{more}: {RECOMPILE}")
+        hf_kernels.install(model)   # bit-identical fp32 GDN convs where bf16 ones are slow
         return model
 
     # ---- state ---------------------------------------------------------------------------
