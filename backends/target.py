@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import UserError
+from common.inputs import InputTooLarge, read_bounded
 
 
 class TargetError(UserError):
@@ -114,6 +115,9 @@ CONFIG_INTS: dict[str, tuple[int, int, int | None]] = {
     "linear_conv_kernel_dim": (3, 64, 4),
 }
 DEFAULT_EPS = 1e-6
+#: the largest config file read (Qwen3.5's config.json is a few KB)
+MAX_CONFIG_BYTES = 1 << 20
+CONFIG_LIMIT_WHAT = "a Qwen3.5 config.json (one is a few KB)"
 
 
 def get_target(spec: str) -> Target:
@@ -127,9 +131,11 @@ def get_target(spec: str) -> Target:
         raise TargetError(f"unknown target '{spec}': expected compact, qwen3.5-4b or the path "
                           "of a Qwen3.5 config.json")
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(read_bounded(path, MAX_CONFIG_BYTES, CONFIG_LIMIT_WHAT))
     except OSError as e:
         raise TargetError(f"target {spec}: cannot read the config: {e.strerror or e}") from None
+    except InputTooLarge as e:
+        raise TargetError(f"target {spec}: the config {e.problem}") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TargetError(f"target {spec}: not valid JSON: {e}") from None
     return target_from_config(cfg, spec, path.name)

@@ -74,3 +74,38 @@ def test_firmware_build_of_a_directory(tmp_path, capsys):
     assert main(["firmware", "build", str(tmp_path / "nope.c"), "-o",
                  str(tmp_path / "x.elf")]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'nope.c'}: no such file\n"
+
+
+def test_firmware_build_of_a_device_or_fifo_says_what_it_is(tmp_path, capsys):
+    """Issue 28, class 7: `firmware build /dev/zero` said "no such file"."""
+    out = str(tmp_path / "x.elf")
+    assert main(["firmware", "build", "/dev/zero", "-o", out]) == 2
+    assert capsys.readouterr().err == "error: /dev/zero: is a character device, not a source file\n"
+    fifo = tmp_path / "pipe.c"
+    os.mkfifo(fifo)
+    assert main(["firmware", "build", str(fifo), "-o", out]) == 2
+    assert capsys.readouterr().err == f"error: {fifo}: is a named pipe (FIFO), not a source file\n"
+
+
+def test_config_files_past_their_size_limit(tmp_path, capsys, monkeypatch):
+    """Issue 28, class 3: a target config and a checkpoint's JSON files are read with a bound
+    (backends.target.MAX_CONFIG_BYTES, backends.checkpoint.JSON_LIMITS)."""
+    import backends.checkpoint
+    from backends.target import MAX_CONFIG_BYTES
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(b" " * (MAX_CONFIG_BYTES + 1))
+    counter = str(ROOT / "examples" / "counter" / "counter.hdl")
+    assert main(["check-rules", counter, "--target", str(cfg)]) == 2
+    assert capsys.readouterr().err == (
+        f"target {cfg}: the config is larger than 1,048,576 bytes, the limit for a Qwen3.5 "
+        "config.json (one is a few KB)\n")
+    chip_dir = tmp_path / "chip"
+    chip_dir.mkdir()
+    (chip_dir / "chip.json").write_bytes(b" " * 101)
+    limits = backends.checkpoint.JSON_LIMITS
+    monkeypatch.setitem(limits, "chip.json", (100, limits["chip.json"][1]))
+    assert main(["explain", str(chip_dir), "--layer", "0"]) == 2
+    assert capsys.readouterr().err == (
+        f"{chip_dir / 'chip.json'}: larger than 100 bytes, the limit for a chip.json (the "
+        "RISC-V core's, with its circuit, trace and ROM images, is 5 MB): recompile it with "
+        "`deltachip compile`\n")
