@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from backends.chipschema import SchemaError, check_chip
+from backends.target import json_kind
 from common.errors import UserError
 from common.inputs import InputTooLarge, read_bounded
 from common.outputs import os_reason, sweep_stale, temp_name_prefix, write_reason
@@ -279,6 +280,11 @@ def check_weights_file(path: str | Path) -> None:
                 isinstance(v, str) and SHARD_RE.fullmatch(v) for v in wmap.values()):
             raise ChipDirError(f"{f}: corrupt (no weight_map of tensor names to shard files): "
                                f"{RECOMPILE}")
+        meta = index.get("metadata")
+        if not isinstance(meta, dict):      # transformers indexes it as an object
+            got = "missing" if "metadata" not in index else json_kind(meta)
+            raise ChipDirError(f"{f}: corrupt (field 'metadata' must be an object, got {got}): "
+                               f"{RECOMPILE}")
         shards = {}
         for tensor, shard in wmap.items():
             shards.setdefault(shard, set()).add(tensor)
@@ -289,6 +295,11 @@ def check_weights_file(path: str | Path) -> None:
     for shard, want in sorted(shards.items()):
         sf = d / shard
         try:
+            with open(sf, "rb"):        # the OS's reason first: safetensors says "No such
+                pass                    # file or directory" for a file it may not read
+        except OSError as e:
+            raise ChipDirError(f"{sf}: cannot read: {os_reason(e)}") from None
+        try:
             with safe_open(str(sf), "pt") as fh:
                 have = set(fh.keys())
         except (SafetensorError, OSError) as e:
@@ -297,3 +308,4 @@ def check_weights_file(path: str | Path) -> None:
         if lost:
             raise ChipDirError(f"{sf}: has no tensor {lost[0]} ({INDEX} puts it there): "
                                f"{RECOMPILE}")
+

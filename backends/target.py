@@ -146,12 +146,12 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
     every field it reads is checked, and a TargetError names the first bad one."""
     if not isinstance(cfg, dict):
         raise TargetError(f"target {spec}: not a Qwen3.5 text config (the JSON is "
-                          f"{_json_kind(cfg)}, not an object)")
+                          f"{json_kind(cfg)}, not an object)")
     if "text_config" in cfg:
         cfg = cfg["text_config"]
         if not isinstance(cfg, dict):
             raise TargetError(f"target {spec}: field 'text_config' must be an object, got "
-                              f"{_json_kind(cfg)}")
+                              f"{json_kind(cfg)}")
     v: dict[str, int] = {}
     for key, (lo, hi, default) in CONFIG_INTS.items():
         if key not in cfg:
@@ -186,7 +186,7 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
     return t
 
 
-def _json_kind(x: object) -> str:
+def json_kind(x: object) -> str:
     """How JSON calls the type of ``x``: 'an array', 'a string', 'null', ..."""
     if x is None:
         return "null"

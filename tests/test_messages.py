@@ -109,3 +109,60 @@ def test_config_files_past_their_size_limit(tmp_path, capsys, monkeypatch):
         f"{chip_dir / 'chip.json'}: larger than 100 bytes, the limit for a chip.json (the "
         "RISC-V core's, with its circuit, trace and ROM images, is 5 MB): recompile it with "
         "`deltachip compile`\n")
+
+
+def _ret5_elf(path: Path) -> Path:
+    """A program that exits with 5 (no runtime, no input buffer)."""
+    import struct
+    from tests.cpu.conftest import make_elf
+    code = struct.pack("<3I", 0x00500513, 0x05D00893, 0x00000073)   # a0 = 5; a7 = 93; ecall
+    path.write_bytes(make_elf([(0, code, len(code), 5)]))
+    return path
+
+
+@pytest.fixture
+def no_core_compile(monkeypatch):
+    """Fails the test instead of compiling the 6 GB core, should the cache check let a run
+    through."""
+    import cpu.rv32.engines as engines
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the core would have been compiled")
+    monkeypatch.setattr(engines, "HFCore", refuse)
+
+
+def test_cache_variable_naming_a_file_is_bad_input(tmp_path, monkeypatch, capsys,
+                                                   no_core_compile):
+    """Issue 28, class 5: DELTACHIP_CACHE set to a file was an exit-1 OSError that did not
+    name the variable."""
+    cache = tmp_path / "cache"
+    cache.write_text("")
+    monkeypatch.setenv("DELTACHIP_CACHE", str(cache))
+    elf = _ret5_elf(tmp_path / "ret5.elf")
+    assert main(["run", str(elf), "--engine", "hf"]) == 2
+    assert capsys.readouterr().err == (
+        f"DELTACHIP_CACHE={cache}: cannot keep deltachip's caches there: it is a file, not a "
+        "folder; set DELTACHIP_CACHE to a folder deltachip may write in, or unset it\n")
+    r = subprocess.run([sys.executable, "-m", "deltachip", "sim", "examples/counter/counter.hdl",
+                        "--engine", "c"], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), DELTACHIP_CACHE=str(cache)))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.startswith(f"DELTACHIP_CACHE={cache}: cannot keep deltachip's caches there")
+
+
+def test_cache_variable_naming_a_read_only_folder_is_bad_input(tmp_path, monkeypatch, capsys,
+                                                               no_core_compile):
+    """A folder deltachip may not write in (made so by failing the write probe: tests may run
+    as root, whom a read-only mode does not stop)."""
+    import common.cachedir
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(common.cachedir.tempfile, "mkdtemp", denied)
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path))
+    elf = _ret5_elf(tmp_path / "ret5.elf")
+    assert main(["run", str(elf), "--engine", "hf"]) == 2
+    assert capsys.readouterr().err == (
+        f"DELTACHIP_CACHE={tmp_path}: cannot keep deltachip's caches there: {tmp_path}/cores: "
+        "Permission denied; set DELTACHIP_CACHE to a folder deltachip may write in, or unset "
+        "it\n")
