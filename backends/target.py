@@ -115,6 +115,13 @@ CONFIG_INTS: dict[str, tuple[int, int, int | None]] = {
     "linear_conv_kernel_dim": (3, 64, 4),
 }
 DEFAULT_EPS = 1e-6
+#: most cells (value heads x d_k x d_v) of one layer's GDN recurrent state: fp32 in the
+#: cache, 64 MiB per layer and batch row (qwen3.5-4b: 2 MiB), what `deltachip check` and the
+#: engines allocate for every layer
+MAX_STATE_CELLS = 1 << 24
+#: most columns of one layer's GDN projections (queries, keys, values and z: 2 * key heads *
+#: d_k + 2 * value heads * d_v; qwen3.5-4b: 12,288), each a row of hidden weights
+MAX_PROJ_WIDTH = 1 << 18
 #: the largest config file read (Qwen3.5's config.json is a few KB)
 MAX_CONFIG_BYTES = 1 << 20
 CONFIG_LIMIT_WHAT = "a Qwen3.5 config.json (one is a few KB)"
@@ -174,6 +181,21 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
     if nv % nk:
         raise TargetError(f"target {spec}: field 'linear_num_value_heads' ({nv}) must be a "
                           f"multiple of 'linear_num_key_heads' ({nk})")
+    cells = nv * v["linear_key_head_dim"] * v["linear_value_head_dim"]
+    if cells > MAX_STATE_CELLS:
+        raise TargetError(
+            f"target {spec}: one layer's GDN recurrent state would take {cells * 4 >> 20:,} MiB "
+            f"(linear_num_value_heads {nv} x linear_key_head_dim {v['linear_key_head_dim']} x "
+            f"linear_value_head_dim {v['linear_value_head_dim']} x 4 bytes), more than the "
+            f"{MAX_STATE_CELLS * 4 >> 20} MiB per layer deltachip allows (`deltachip check` and "
+            "the engines hold it for every layer): use fewer or smaller value heads")
+    width = 2 * nk * v["linear_key_head_dim"] + 2 * nv * v["linear_value_head_dim"]
+    if width > MAX_PROJ_WIDTH:
+        raise TargetError(
+            f"target {spec}: one layer's GDN projections would be {width:,} columns wide (2 x "
+            f"{nk} key heads x {v['linear_key_head_dim']} + 2 x {nv} value heads x "
+            f"{v['linear_value_head_dim']}), more than {MAX_PROJ_WIDTH:,}: use fewer or "
+            "smaller heads")
     t = Target(name, d_k=v["linear_key_head_dim"], d_v=v["linear_value_head_dim"],
                v_per_k=nv // nk, k_heads=nk, mlp_width=v["intermediate_size"],
                conv_kernel=v["linear_conv_kernel_dim"], rms_eps=float(eps))

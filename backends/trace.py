@@ -405,6 +405,7 @@ def _show(path: str) -> str:
 def parse_source(spec: str) -> tuple[str, int]:
     """``FILE.hdl:LINE`` -> (file, line); TraceError for anything else."""
     file, colon, line = spec.rpartition(":")
-    if not colon or not file or not line.isdigit() or int(line) < 1:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+    if not colon or not file or not (line.isascii() and line.isdigit()) or int(line) < 1:
         raise TraceError(f"--source expects FILE.hdl:LINE (a line number from 1), got '{spec}'")
     return file, int(line)

@@ -166,3 +166,10 @@ def test_cache_variable_naming_a_read_only_folder_is_bad_input(tmp_path, monkeyp
         f"DELTACHIP_CACHE={tmp_path}: cannot keep deltachip's caches there: {tmp_path}/cores: "
         "Permission denied; set DELTACHIP_CACHE to a folder deltachip may write in, or unset "
         "it\n")
+
+
+def test_explain_source_line_in_other_digits(tmp_path, capsys):
+    """Issue 28, class 9: '²' passed str.isdigit() and int() raised a ValueError traceback."""
+    assert main(["explain", str(tmp_path), "--source", "counter.hdl:²"]) == 2
+    assert capsys.readouterr().err == ("--source expects FILE.hdl:LINE (a line number from 1), "
+                                       "got 'counter.hdl:²'\n")
