@@ -40,6 +40,9 @@ if TYPE_CHECKING:           # for annotations only
 _PATH = (str, os.PathLike)
 #: most batch rows :func:`check` runs (each holds the chip's whole recurrent state)
 MAX_BATCH = 1 << 16
+#: most steps :meth:`Circuit.simulate` takes: it returns every token (a few hundred bytes
+#: each); `deltachip sim` streams them instead
+MAX_SIMULATE_STEPS = 10_000_000
 
 
 def _typed(func: str, name: str, value: Any, types: type | tuple[type, ...], what: str,
@@ -159,10 +162,10 @@ class Circuit:
                  engine: str = "auto") -> list[Token]:
         """The token stream of the reference simulator from ``start`` (default: the circuit's
         ``start``): ``[start, t1, ...]``, ending after the first halt token or ``steps``
-        steps. ``roms`` gives memory images by name, as word lists or image files (.hex,
-        .bin); ``engine`` is ``auto``, ``c`` or ``python``."""
+        steps (at most :data:`MAX_SIMULATE_STEPS`). ``roms`` gives memory images by name, as
+        word lists or image files (.hex, .bin); ``engine`` is ``auto``, ``c`` or ``python``."""
         from hdl.sim import Simulator
-        _count("simulate", "steps", steps, 0)
+        _count("simulate", "steps", steps, 0, MAX_SIMULATE_STEPS)
         _typed("simulate", "engine", engine, str, "str")
         sim = Simulator(self.ir, roms=self._images(roms), backend=engine)
         return [self._token(t) for t in sim.run(self._parse(start), steps)]

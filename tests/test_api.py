@@ -248,6 +248,8 @@ def test_values_out_of_range_are_user_errors(counter_chip, tmp_path):
     assert error(lambda: deltachip.check(tmp_path, batch=10 ** 30)) == (
         "batch must be <= 65,536, got 1,000,000,000,000,000,000,000,000,000,000")
     assert error(lambda: deltachip.check(tmp_path, steps=-1)) == "steps must be >= 0, got -1"
+    assert error(lambda: sm.simulate(steps=10 ** 12)) == (   # the list would not fit
+        "steps must be <= 10,000,000, got 1,000,000,000,000")
     assert error(lambda: counter_chip.save("")) == "save(): path must not be empty"
     assert error(lambda: counter_chip.explain(source="counter.hdl:²")) == (
         "--source expects FILE.hdl:LINE (a line number from 1), got 'counter.hdl:²'")
