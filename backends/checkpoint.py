@@ -36,7 +36,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from backends.chipschema import SchemaError, check_chip
+from backends.target import json_kind
 from common.errors import UserError
+from common.inputs import InputTooLarge, read_bounded
 from common.outputs import os_reason, sweep_stale, temp_name_prefix, write_reason
 
 FORMAT = "deltachip-chip"
@@ -47,6 +49,13 @@ FILES = ("config.json", SINGLE, "chip.json")        # the single-file layout
 SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 SINGLE_FILE_LIMIT = 1 << 30     # bytes of weights up to which one model.safetensors is written
 RECOMPILE = "recompile it with `deltachip compile`"
+#: the most bytes read of each JSON file of a checkpoint, and why
+JSON_LIMITS = {
+    "chip.json": (256 << 20, "a chip.json (the RISC-V core's, with its circuit, trace and "
+                             "ROM images, is 5 MB)"),
+    "config.json": (1 << 20, "a config.json (one is about 1 KB)"),
+    INDEX: (64 << 20, "a weight index (one line per tensor)"),
+}
 
 
 def shard_name(i: int, n: int) -> str:
@@ -84,11 +93,15 @@ def _read_json(path: Path, what: str) -> Any:
     if not path.is_file():
         raise ChipDirError(f"{path.parent}: not a compiled chip directory (no {what})")
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_bounded(path, *JSON_LIMITS[path.name]))
     except OSError as e:
         raise ChipDirError(f"{path}: cannot read: {os_reason(e)}") from None
+    except InputTooLarge as e:
+        raise ChipDirError(f"{e}: {RECOMPILE}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ChipDirError(f"{path}: corrupt (not valid JSON: {e}): {RECOMPILE}") from None
+    except RecursionError:
+        raise ChipDirError(f"{path}: corrupt (JSON nested too deeply): {RECOMPILE}") from None
 
 
 def _ours(name: str) -> bool:
@@ -102,8 +115,8 @@ def _is_checkpoint(d: Path, entries: list[str]) -> bool:
     if "chip.json" not in entries or not all(map(_ours, entries)):
         return False
     try:
-        chip = json.loads((d / "chip.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        chip = json.loads(read_bounded(d / "chip.json", *JSON_LIMITS["chip.json"]))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, InputTooLarge):
         return False
     return isinstance(chip, dict) and str(chip.get("format", "")).startswith(FORMAT)
 
@@ -267,6 +280,11 @@ def check_weights_file(path: str | Path) -> None:
                 isinstance(v, str) and SHARD_RE.fullmatch(v) for v in wmap.values()):
             raise ChipDirError(f"{f}: corrupt (no weight_map of tensor names to shard files): "
                                f"{RECOMPILE}")
+        meta = index.get("metadata")
+        if not isinstance(meta, dict):      # transformers indexes it as an object
+            got = "missing" if "metadata" not in index else json_kind(meta)
+            raise ChipDirError(f"{f}: corrupt (field 'metadata' must be an object, got {got}): "
+                               f"{RECOMPILE}")
         shards = {}
         for tensor, shard in wmap.items():
             shards.setdefault(shard, set()).add(tensor)
@@ -277,6 +295,11 @@ def check_weights_file(path: str | Path) -> None:
     for shard, want in sorted(shards.items()):
         sf = d / shard
         try:
+            with open(sf, "rb"):        # the OS's reason first: safetensors says "No such
+                pass                    # file or directory" for a file it may not read
+        except OSError as e:
+            raise ChipDirError(f"{sf}: cannot read: {os_reason(e)}") from None
+        try:
             with safe_open(str(sf), "pt") as fh:
                 have = set(fh.keys())
         except (SafetensorError, OSError) as e:
@@ -285,3 +308,4 @@ def check_weights_file(path: str | Path) -> None:
         if lost:
             raise ChipDirError(f"{sf}: has no tensor {lost[0]} ({INDEX} puts it there): "
                                f"{RECOMPILE}")
+

@@ -3,14 +3,15 @@
 Takes / gives: :class:`hdl.ir.Circuit` <-> a JSON-able dict (``circuit_to_json`` /
 ``circuit_from_json``). Memory images are stored apart (``chip.json`` "roms"), not in the
 nodes. Round trip is exact: same nodes, params, locations, names, kinds (fields with their enum
-types) and memories.
+types), memories and module instances (``instances``, ``inst_of``: absent in a chip.json
+written before they were kept, read as none).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from common.kinds import MemKind
-from hdl.ir import Circuit, Field, Loc, Memory, Node, Op, Token, TokenKind
+from hdl.ir import Circuit, Field, Instance, Loc, Memory, Node, Op, Token, TokenKind
 
 
 def _loc(loc: Loc) -> list:
@@ -40,9 +41,12 @@ def circuit_to_json(c: Circuit) -> dict[str, Any]:
     for n in c.nodes:
         param = list(n.param) if isinstance(n.param, tuple) else n.param
         nodes.append([n.op.value, n.width, list(n.args), param, floc(n.loc), n.name])
+    instances = [[i.path, i.module, floc(i.loc), i.parent] for i in c.instances]
     return {
         "name": c.name, "loc": _loc(c.loc),
         "nodes": nodes,
+        "instances": instances,
+        "inst_of": [c.instance_of(n.id) for n in c.nodes] if c.instances else [],
         "files": sorted(files, key=files.get),
         "memories": [{"name": m.name, "kind": m.kind, "width": m.width, "depth": m.depth,
                       "loc": _loc(m.loc), "image": m.image,
@@ -74,4 +78,11 @@ def circuit_from_json(d: dict[str, Any], images: dict[str, list[int]] | None = N
     if d["start"] is not None:
         c.start = Token(d["start"][0], tuple(d["start"][1]))
     c.names = dict(d["names"])
+    c.instances = [Instance(path, module, Loc(files[fi], line, col), parent)
+                   for path, module, (fi, line, col), parent in d.get("instances", [])]
+    c.inst_of = list(d.get("inst_of", []))
+    # an instance sits in an earlier one (so walking up ends), a node in a listed one
+    if any(not -1 <= inst.parent < i for i, inst in enumerate(c.instances)) or \
+            any(not -1 <= k < len(c.instances) for k in c.inst_of):
+        raise ValueError("an instance index out of range")
     return c

@@ -173,7 +173,9 @@ CIRCUIT = Obj({
     "kinds": ListOf(Obj({"name": STR, "loc": LOC, "halt": BOOL, "fields": ListOf(FIELD)})),
     "start": Maybe(Tup((NAT, ListOf(INT)))),
     "names": MapOf(NAT),
-})
+    "instances": ListOf(Tup((STR, STR, Tup((NAT, INT, INT)), INT))),   # path, module, loc, parent
+    "inst_of": ListOf(INT),                                           # per node; -1: the top
+}, optional=frozenset({"instances", "inst_of"}))
 
 MEMORY = Obj({"kind": OneOf(("rom", "ram")), "width": NAT, "depth": NAT, "layer": NAT,
               "rows_per_bank": NAT, "rowblocks": NAT, "slices": NAT, "pack": NAT,

@@ -158,6 +158,37 @@ def _bit_key(x: object) -> tuple:
     return ("pending", id(x))
 
 
+def _span_groups(terms: list[tuple[int, Form]]) -> list[list[tuple[int, Form]]]:
+    """``terms`` (weight, bit) cut, in order, into groups whose weighted sum spans at most
+    :data:`MAX_SPAN` (one neuron's pre-activation range; constants cost nothing)."""
+    groups: list[list[tuple[int, Form]]] = [[]]
+    span = 0
+    for w, x in terms:
+        d = w * (x.hi - x.lo)
+        if span + d > MAX_SPAN and groups[-1]:
+            groups.append([])
+            span = 0
+        groups[-1].append((w, x))
+        span += d
+    return groups
+
+
+class _Not:
+    """``1 - f(v)``: the NOT of a pending function. The NOT of a ``_Not`` is its function
+    again, so a chain of 100,000 NOTs is never 100,000 nested calls."""
+    __slots__ = ("f",)
+
+    def __init__(self, f: Callable[[int], int]):
+        self.f = f
+
+    def __call__(self, v: int) -> int:
+        return 1 - self.f(v)
+
+
+def _not(f: Callable[[int], int]) -> Callable[[int], int]:
+    return f.f if isinstance(f, _Not) else _Not(f)
+
+
 def _extension(v: Sequence[object]) -> object | None:
     """The bit that the upper half of ``v`` repeats (a sign or zero extension of its lower
     half: :meth:`Lowerer.mul_bits`), or None."""
@@ -497,9 +528,13 @@ class Lowerer:
             other = "or" if x.kind == "and" else "and"
             return SymBit(other, [lin([(-1, y)], 1) for y in x.lits], x.node)
         if isinstance(x, ThresholdBit) and x.form is None:     # [T < theta] = [-T >= 1 - theta]
-            return ThresholdBit(lin([(-1, x.T)]), 1 - x.theta, x.node)
+            T, theta = lin([(-1, x.T)]), 1 - x.theta
+            if T.hi - (theta - 1) <= MAX_SPAN and T.lo - theta >= MIN_PRE:
+                return ThresholdBit(T, theta, x.node)
+            # mirrored, the range no longer fits one neuron (a chain of NANDs): materialise
+            return lin([(-1, self.mat(x))], 1)
         if isinstance(x, PendingBit) and x.form is None:
-            return PendingBit(x.T, lambda v, f=x.f: 1 - f(v), x.node)
+            return PendingBit(x.T, _not(x.f), x.node)
         return lin([(-1, self.mat(x))], 1)
 
     def mat(self, x: "Form | MuxBit | PendingBit") -> Form:
@@ -725,11 +760,16 @@ class Lowerer:
     def add_terms(self, nid: int, sign: int) -> list[tuple[int, int]]:
         """The (sign, node) operands of the chain of adds and subtracts rooted at ``nid``
         (inner ones absorbed: read by this chain only, same width)."""
-        n = self.c.nodes[nid]
         out = []
-        for k, a in enumerate(n.args):
-            s = sign if (n.op is Op.ADD or k == 0) else -sign
-            out += self.add_terms(a, s) if a in self.absorbed else [(s, a)]
+        stack = [(nid, sign)]       # iterative: a chain may be 100,000 adds long
+        while stack:
+            node, s = stack.pop()
+            if node != nid and node not in self.absorbed:
+                out.append((s, node))
+                continue
+            n = self.c.nodes[node]
+            for k in reversed(range(len(n.args))):      # left to right, as they come off
+                stack.append((n.args[k], s if (n.op is Op.ADD or k == 0) else -s))
         return out
 
     def multi_add(self, terms: list[tuple[int, int]], W: int) -> list[Form]:
@@ -903,16 +943,21 @@ class Lowerer:
                     for c in blk:
                         new[c].extend(cols[c])
                     continue
-                T = lin([(1 << (c - k), x) for c in blk for x in cols[c]])
-                if T.is_const:
-                    outs = [const((T.c >> q) & 1) for q in range(max(1, T.c.bit_length()))]
-                else:
-                    nb = max(1, T.hi.bit_length())
-                    outs = self.fns(T, [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
-                for q, o in enumerate(outs):
-                    if k + q < W and not (o.is_const and o.c == 0):
-                        new[k + q].append(o)
+                # a block taller than one neuron's span (a column of 2,000 bits) is summed
+                # in groups of at most MAX_SPAN, each written out in binary
+                for group in _span_groups([(1 << (c - k), x) for c in blk for x in cols[c]]):
+                    T = lin(group)
+                    if T.is_const:
+                        outs = [const((T.c >> q) & 1) for q in range(max(1, T.c.bit_length()))]
+                    else:
+                        nb = max(1, T.hi.bit_length())
+                        outs = self.fns(T, [lambda v, q=q: (v >> q) & 1 for q in range(nb)])
+                    for q, o in enumerate(outs):
+                        if k + q < W and not (o.is_const and o.c == 0):
+                            new[k + q].append(o)
             cols = new
+        if max(len(col) for col in cols) > 2:
+            raise LoweringError(f"{self.loc()}: internal: columns not compressed to two rows")
         return cols
 
     # ---- memories --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 
 from hdl.diagnostics import CompileError, Diagnostic
+from hdl.elab.files import source_texts
 from hdl.ir import Circuit, TokenKind
 
 #: most token ids a circuit may have (a 24-bit payload; measured: compiles and checks exact
@@ -29,18 +30,6 @@ DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 
 class VocabularyError(CompileError):
     """The token kinds need more ids (or bigger token tables) than a chip may have."""
-
-
-def _sources(c: Circuit) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k in c.kinds:
-        if k.loc.file not in out:
-            try:
-                with open(k.loc.file, encoding="utf-8") as fh:
-                    out[k.loc.file] = fh.read()
-            except OSError:
-                pass
-    return out
 
 
 def _fields_text(k: TokenKind) -> str:
@@ -58,7 +47,7 @@ def check_vocabulary(c: Circuit) -> None:
                        f"ids: its payload ({_fields_text(k)}) is {k.payload_bits} bits, "
                        f"2^{k.payload_bits} ids; every possible token is a row of the "
                        "embedding and lm_head: narrow the fields, or carry a wide value in "
-                       "two tokens")], _sources(c))
+                       "two tokens")], source_texts(k.loc.file for k in c.kinds))
 
 
 def check_tables(c: Circuit, hidden: int, dtype: str) -> None:
@@ -73,4 +62,4 @@ def check_tables(c: Circuit, hidden: int, dtype: str) -> None:
                    f"lm_head: {vocab:,} ids x hidden {hidden} in {dtype}), more than "
                    f"{MAX_TABLE_BYTES >> 30} GiB; token kind '{k.name}' has the widest payload "
                    f"({k.payload_bits} bits): narrow it, or carry a wide value in two tokens")],
-            _sources(c))
+            source_texts(k.loc.file for k in c.kinds))

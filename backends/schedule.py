@@ -20,6 +20,7 @@ from __future__ import annotations
 import networkx as nx
 
 from hdl.diagnostics import CompileError, Diagnostic
+from hdl.elab.files import source_texts
 from hdl.ir import Circuit, Node, Op
 from backends.lower import LoweringError, Lowerer
 from backends.program import Placed, Program
@@ -32,19 +33,6 @@ class DepthRuleError(CompileError):
 
 FIX = ("compute the value at this step, carry it in a field of the next token, and write "
        "the memory from that token at the next step")
-
-
-def _sources(c: Circuit) -> dict[str, str]:
-    out = {}
-    for n in c.nodes:
-        f = n.loc.file
-        if f not in out:
-            try:
-                with open(f, encoding="utf-8") as fh:
-                    out[f] = fh.read()
-            except OSError:
-                pass
-    return out
 
 
 def _signal_on_path(c: Circuit, g: nx.DiGraph, src: int, dst: int) -> Node:
@@ -116,7 +104,7 @@ def check_depth_rule(c: Circuit) -> nx.DiGraph:
                 f"than the memories it reads, which a cycle cannot",
                 [(user.loc, f"fix: {FIX}")]))
     if diags:
-        raise DepthRuleError(diags, _sources(c))
+        raise DepthRuleError(diags, source_texts(n.loc.file for n in c.nodes))
     return mg
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import UserError
+from common.inputs import InputTooLarge, read_bounded
 
 
 class TargetError(UserError):
@@ -114,6 +115,16 @@ CONFIG_INTS: dict[str, tuple[int, int, int | None]] = {
     "linear_conv_kernel_dim": (3, 64, 4),
 }
 DEFAULT_EPS = 1e-6
+#: most cells (value heads x d_k x d_v) of one layer's GDN recurrent state: fp32 in the
+#: cache, 64 MiB per layer and batch row (qwen3.5-4b: 2 MiB), what `deltachip check` and the
+#: engines allocate for every layer
+MAX_STATE_CELLS = 1 << 24
+#: most columns of one layer's GDN projections (queries, keys, values and z: 2 * key heads *
+#: d_k + 2 * value heads * d_v; qwen3.5-4b: 12,288), each a row of hidden weights
+MAX_PROJ_WIDTH = 1 << 18
+#: the largest config file read (Qwen3.5's config.json is a few KB)
+MAX_CONFIG_BYTES = 1 << 20
+CONFIG_LIMIT_WHAT = "a Qwen3.5 config.json (one is a few KB)"
 
 
 def get_target(spec: str) -> Target:
@@ -127,9 +138,11 @@ def get_target(spec: str) -> Target:
         raise TargetError(f"unknown target '{spec}': expected compact, qwen3.5-4b or the path "
                           "of a Qwen3.5 config.json")
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(read_bounded(path, MAX_CONFIG_BYTES, CONFIG_LIMIT_WHAT))
     except OSError as e:
         raise TargetError(f"target {spec}: cannot read the config: {e.strerror or e}") from None
+    except InputTooLarge as e:
+        raise TargetError(f"target {spec}: the config {e.problem}") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TargetError(f"target {spec}: not valid JSON: {e}") from None
     return target_from_config(cfg, spec, path.name)
@@ -140,12 +153,12 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
     every field it reads is checked, and a TargetError names the first bad one."""
     if not isinstance(cfg, dict):
         raise TargetError(f"target {spec}: not a Qwen3.5 text config (the JSON is "
-                          f"{_json_kind(cfg)}, not an object)")
+                          f"{json_kind(cfg)}, not an object)")
     if "text_config" in cfg:
         cfg = cfg["text_config"]
         if not isinstance(cfg, dict):
             raise TargetError(f"target {spec}: field 'text_config' must be an object, got "
-                              f"{_json_kind(cfg)}")
+                              f"{json_kind(cfg)}")
     v: dict[str, int] = {}
     for key, (lo, hi, default) in CONFIG_INTS.items():
         if key not in cfg:
@@ -168,6 +181,21 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
     if nv % nk:
         raise TargetError(f"target {spec}: field 'linear_num_value_heads' ({nv}) must be a "
                           f"multiple of 'linear_num_key_heads' ({nk})")
+    cells = nv * v["linear_key_head_dim"] * v["linear_value_head_dim"]
+    if cells > MAX_STATE_CELLS:
+        raise TargetError(
+            f"target {spec}: one layer's GDN recurrent state would take {cells * 4 >> 20:,} MiB "
+            f"(linear_num_value_heads {nv} x linear_key_head_dim {v['linear_key_head_dim']} x "
+            f"linear_value_head_dim {v['linear_value_head_dim']} x 4 bytes), more than the "
+            f"{MAX_STATE_CELLS * 4 >> 20} MiB per layer deltachip allows (`deltachip check` and "
+            "the engines hold it for every layer): use fewer or smaller value heads")
+    width = 2 * nk * v["linear_key_head_dim"] + 2 * nv * v["linear_value_head_dim"]
+    if width > MAX_PROJ_WIDTH:
+        raise TargetError(
+            f"target {spec}: one layer's GDN projections would be {width:,} columns wide (2 x "
+            f"{nk} key heads x {v['linear_key_head_dim']} + 2 x {nv} value heads x "
+            f"{v['linear_value_head_dim']}), more than {MAX_PROJ_WIDTH:,}: use fewer or "
+            "smaller heads")
     t = Target(name, d_k=v["linear_key_head_dim"], d_v=v["linear_value_head_dim"],
                v_per_k=nv // nk, k_heads=nk, mlp_width=v["intermediate_size"],
                conv_kernel=v["linear_conv_kernel_dim"], rms_eps=float(eps))
@@ -180,7 +208,7 @@ def target_from_config(cfg: object, spec: str, name: str) -> Target:
     return t
 
 
-def _json_kind(x: object) -> str:
+def json_kind(x: object) -> str:
     """How JSON calls the type of ``x``: 'an array', 'a string', 'null', ..."""
     if x is None:
         return "null"

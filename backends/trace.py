@@ -5,7 +5,9 @@ Takes: the allocated :class:`backends.program.Program` and its :class:`backends.
 (:func:`record`), or a chip.json dict (:class:`ChipTrace`). Gives: chip.json's ``"trace"``
 section, and the two answers of ``deltachip explain``: :meth:`ChipTrace.layer` (what each
 neuron and head of a layer is for) and :meth:`ChipTrace.source` (what one source line
-became, at what cost in neurons, lanes and heads).
+became, at what cost in neurons, lanes and heads; on a line that instantiates a module, the
+instance's total and its breakdown by the module's own lines, from the circuit's
+``instances``).
 
 The section, version :data:`TRACE_VERSION` (node ids index the nodes of chip.json's
 ``circuit``, which carry their file, line and column)::
@@ -273,6 +275,61 @@ class ChipTrace:
         return ["  " + "  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4]
                 for c in cells]
 
+    def _cost_text(self, cost: Cost, write: bool = False) -> str:
+        """``3 neurons (layer 0 rows 0-2); 1 lane (dim 7); 2 key heads (...)``."""
+        parts = []
+        if cost.rows:
+            per = ", ".join(f"layer {L} {_span('row', r)}" for L, r in sorted(cost.rows.items()))
+            parts.append(f"{plural(cost.neurons, 'neuron')} ({per})")
+        if cost.table:
+            parts.append(f"{plural(len(cost.table), 'lane')} from the embedding (a token "
+                         f"table: its value on every token id; {_span('dim', cost.table)})")
+        elif cost.dims:
+            parts.append(f"{plural(len(cost.dims), 'lane')} ({_span('dim', cost.dims)})")
+        if cost.heads:
+            parts.append(f"{'writes into ' * write}{plural(len(cost.heads), 'key head')} "
+                         f"({_heads_text(cost.heads)})")
+        return "; ".join(parts)
+
+    def _members(self) -> dict[int, list[int]]:
+        """Instance index -> every node made in it or in the instances inside it."""
+        c = self.circuit
+        out: dict[int, list[int]] = defaultdict(list)
+        for n in c.nodes:
+            k = c.instance_of(n.id)
+            while k >= 0:
+                out[k].append(n.id)
+                k = c.instances[k].parent
+        return out
+
+    def _instance_text(self, i: int, nodes: list[int]) -> list[str]:
+        """The lines on instance ``i`` (made of ``nodes``): its total, then per line of its
+        module (an instance inside it counted on the line that makes it) what that line
+        became, the costliest first."""
+        c = self.circuit
+        inst = c.instances[i]
+        total = Cost()
+        parts: dict[tuple, Cost] = defaultdict(Cost)
+        for n in nodes:
+            cost = self.costs.get(n)
+            if not cost:
+                continue
+            _add(total, cost)
+            k = c.instance_of(n)
+            while k != i and c.instances[k].parent != i:
+                k = c.instances[k].parent
+            loc = c.nodes[n].loc if k == i else c.instances[k].loc
+            _add(parts[(loc.file, loc.line, -1 if k == i else k)], cost)
+        head = (f"  instance '{inst.path}' of module {inst.module}: "
+                + (_total_text(total) + ", by its lines:" if total else "no weights"))
+        lines = [head]
+        for (f, ln, k), cost in sorted(parts.items(), key=lambda kv: (-kv[1].neurons,
+                                                                        -len(kv[1].dims),
+                                                                        kv[0])):
+            what = f" (instance '{c.instances[k].path}' of {c.instances[k].module})" if k >= 0 else ""
+            lines.append(f"    {_show(f)}:{ln}{what}: {_total_text(cost, short=True)}")
+        return lines
+
     def files(self) -> list[str]:
         """Every source file the chip's circuit came from."""
         c = self.circuit
@@ -298,35 +355,29 @@ class ChipTrace:
 
     def source(self, file: str, line: int) -> str:
         """Where line ``line`` of ``file`` went: per IR node on it, its neurons (per layer),
-        lanes and key heads; memories and token kinds declared on it; and the totals."""
+        lanes and key heads; per module instance made on it, the instance's total and its
+        breakdown by the module's own lines; memories and token kinds declared on it; and
+        the totals."""
         path = self.match_file(file, f"{file}:{line}")
         c = self.circuit
-        on_line = [n for n in c.nodes if n.loc.file == path and n.loc.line == line]
+        here = [i for i, inst in enumerate(c.instances)
+                if inst.loc.file == path and inst.loc.line == line]
+        members = self._members()
+        inside = {n for i in here for n in members[i]}     # told under their instance
+        on_line = [n for n in c.nodes if n.loc.file == path and n.loc.line == line
+                   and n.id not in inside]
         costly = [n for n in on_line if self.costs.get(n.id)]
         out: list[str] = []
         total = Cost()
         for n in costly:
             cost = self.costs[n.id]
-            parts = []
-            if cost.rows:
-                per = ", ".join(f"layer {L} {_span('row', r)}"
-                                for L, r in sorted(cost.rows.items()))
-                parts.append(f"{plural(cost.neurons, 'neuron')} ({per})")
-            if cost.table:
-                parts.append(f"{plural(len(cost.table), 'lane')} from the embedding (a token "
-                             f"table: its value on every token id; {_span('dim', cost.table)})")
-            elif cost.dims:
-                parts.append(f"{plural(len(cost.dims), 'lane')} ({_span('dim', cost.dims)})")
-            if cost.heads:
-                verb = "writes into " if n.op is Op.MEM_WRITE else ""
-                parts.append(f"{verb}{plural(len(cost.heads), 'key head')} "
-                             f"({_heads_text(cost.heads)})")
             out.append(f"  {self.what(n.id)} at {line}:{n.loc.col}, {self.signal(n.id)}: "
-                       + "; ".join(parts))
-            for L, r in cost.rows.items():
-                total.rows[L] += r
-            total.dims += cost.dims
-            total.heads += [h for h in cost.heads if h not in total.heads]
+                       + self._cost_text(cost, n.op is Op.MEM_WRITE))
+            _add(total, cost)
+        for i in here:
+            out += self._instance_text(i, members[i])
+            for n in members[i]:
+                _add(total, self.costs.get(n, Cost()))
         for name, m in c.memories.items():
             if m.loc.file == path and m.loc.line == line:
                 heads = [h for h in self.heads if h.memory == name]
@@ -362,14 +413,32 @@ class ChipTrace:
             return (f"{where} became no weights: no neuron, lane or key head comes from it"
                     + (f" ({plural(free, 'IR node')} on it cost nothing: constants, slices, "
                        "wiring)" if free else " (no IR node is on it)"))
-        layers = sorted(total.rows)
-        head = (f"{where} became {plural(total.neurons, 'MLP neuron')}"
-                + (f" in layer{'s' * (len(layers) > 1)} {ranges(layers)}" if layers else "")
-                + f", {plural(len(total.dims), 'lane')}, "
-                  f"{plural(len(total.heads), 'GDN key head')}:")
+        head = f"{where} became {_total_text(total)}:"
         tail = ([f"  ({plural(free, 'more IR node')} on this line cost nothing: constants, "
                  "slices, wiring)"] if free else [])
         return "\n".join([head] + out + tail)
+
+
+def _add(total: Cost, cost: Cost) -> None:
+    """Add ``cost`` into ``total`` (a key head counted once)."""
+    for L, r in cost.rows.items():
+        total.rows[L] += r
+    total.dims += cost.dims
+    total.heads += [h for h in cost.heads if h not in total.heads]
+
+
+def _total_text(total: Cost, short: bool = False) -> str:
+    """``45 MLP neurons in layers 0-1, 3-4, 16 lanes, 0 GDN key heads``; ``short``: what
+    is there only, ``45 neurons in layers 0-1, 3-4; 16 lanes``."""
+    layers = sorted(total.rows)
+    where = f" in layer{'s' * (len(layers) > 1)} {ranges(layers)}" if layers else ""
+    if short:
+        parts = [f"{plural(total.neurons, 'neuron')}{where}"] if layers else []
+        parts += [plural(len(total.dims), "lane")] if total.dims else []
+        parts += [plural(len(total.heads), "key head")] if total.heads else []
+        return "; ".join(parts)
+    return (f"{plural(total.neurons, 'MLP neuron')}{where}, {plural(len(total.dims), 'lane')}, "
+            f"{plural(len(total.heads), 'GDN key head')}")
 
 
 def _span(word: str, values) -> str:
@@ -405,6 +474,7 @@ def _show(path: str) -> str:
 def parse_source(spec: str) -> tuple[str, int]:
     """``FILE.hdl:LINE`` -> (file, line); TraceError for anything else."""
     file, colon, line = spec.rpartition(":")
-    if not colon or not file or not line.isdigit() or int(line) < 1:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+    if not colon or not file or not (line.isascii() and line.isdigit()) or int(line) < 1:
         raise TraceError(f"--source expects FILE.hdl:LINE (a line number from 1), got '{spec}'")
     return file, int(line)

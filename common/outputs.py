@@ -58,11 +58,12 @@ def write_reason(e: BaseException) -> str | None:
     return None
 
 
-def special_kind(path: str | Path) -> str | None:
+def special_kind(path: str | Path, follow_symlinks: bool = False) -> str | None:
     """What ``path`` is when it is neither missing nor a regular file ("a symbolic link",
-    "a directory", "a named pipe (FIFO)", ...); None for a regular file or a missing path."""
+    "a directory", "a named pipe (FIFO)", ...); None for a regular file or a missing path.
+    With ``follow_symlinks``, what a link points to (an input is read through its links)."""
     try:
-        mode = os.lstat(path).st_mode
+        mode = os.stat(path, follow_symlinks=follow_symlinks).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:

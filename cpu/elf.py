@@ -1,9 +1,9 @@
 """ELF loader: read an RV32 little-endian executable into segments and symbols (pyelftools).
 
-:func:`read_elf` takes a path and returns an :class:`ElfImage` (entry point, the PT_LOAD
-segments with their bytes, the symbol table); it checks that every segment fits inside one
-region of the memory map (:mod:`cpu.memmap`) and that no two segments overlap. Anything
-wrong with the file raises
+:func:`read_elf` takes a path (reading at most :data:`MAX_ELF_BYTES`) and returns an
+:class:`ElfImage` (entry point, the PT_LOAD segments with their bytes, the symbol table); it
+checks that every segment fits inside one region of the memory map (:mod:`cpu.memmap`) and
+that no two segments overlap. Anything wrong with the file raises
 :class:`ElfError` (a :class:`common.errors.UserError`) whose text names the file and the
 problem; never a pyelftools traceback.
 """
@@ -20,10 +20,19 @@ from elftools.elf.sections import SymbolTableSection
 
 from cpu import memmap
 from common.errors import UserError
+from common.inputs import read_bounded
 
 EM_RISCV = 243
 ELF32_HEADER_SIZE = 52
 PF_X, PF_W, PF_R = 1, 2, 4
+
+#: bytes an ELF may have beyond what it loads: headers, symbol and string tables, debug
+#: sections (``firmware build`` passes -g; the shipped calc is 67 KB in all at -O0)
+NON_LOADED_BYTES = 16 << 20
+#: the largest ELF read: every region of the memory map full, plus :data:`NON_LOADED_BYTES`
+MAX_ELF_BYTES = sum(size for _, _, size, _ in memmap.REGIONS) + NON_LOADED_BYTES
+ELF_LIMIT_WHAT = (f"an ELF file (the memory map's {MAX_ELF_BYTES - NON_LOADED_BYTES:,} bytes "
+                  f"plus {NON_LOADED_BYTES >> 20} MiB of headers, symbols and debug sections)")
 
 
 class ElfError(UserError):
@@ -88,7 +97,7 @@ def read_elf(path: str | Path) -> ElfImage:
     """Read and check ``path``; see the module docstring. Raises :class:`ElfError`."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_ELF_BYTES, ELF_LIMIT_WHAT)
     except OSError as e:
         raise ElfError(f"{path}: cannot read: {e.strerror or e}") from None
     if raw[:4] != b"\x7fELF":

@@ -161,6 +161,29 @@ def _rem(a: int, b: int) -> int:
     return (-r if sa < 0 else r) & M
 
 
+def input_capacity(image: ElfImage) -> int | None:
+    """The capacity in bytes of the program's input buffer: ``__input_size``, an absolute
+    symbol whose value is the size or a 4-byte variable holding it (its value as loaded);
+    else the size of the ``__input_buffer`` object; None when there is no buffer or its
+    size is not known."""
+    if memmap.INPUT_BUFFER_SYMBOL not in image.symbols:
+        return None
+    sym = image.symbols.get(memmap.INPUT_SIZE_SYMBOL)
+    if sym is None:
+        return image.symbols[memmap.INPUT_BUFFER_SYMBOL].size or None
+    if sym.shndx == "SHN_ABS" or sym.size == 0:
+        return sym.value
+    if region_of(sym.value, 4) is None:
+        raise InputError(f"{image.path}: {memmap.INPUT_SIZE_SYMBOL} at 0x{sym.value:08x} is "
+                         "not inside one memory region")
+    word = bytearray(4)             # what the loader leaves there: the segments' bytes, else 0
+    for seg in image.segments:
+        for i in range(4):
+            if 0 <= sym.value + i - seg.vaddr < len(seg.data):
+                word[i] = seg.data[sym.value + i - seg.vaddr]
+    return int.from_bytes(word, "little")
+
+
 class Machine:
     """An RV32IM + Zba machine with the shipped memory map.
 
@@ -208,7 +231,7 @@ class Machine:
         if buf is None:
             raise InputError(f"{image.path}: --input given but the program has no input buffer "
                              f"(no symbol {memmap.INPUT_BUFFER_SYMBOL} in the ELF)")
-        size = self._input_capacity(image)
+        size = input_capacity(image)
         if b"\0" in text:
             raise InputError("--input text must not contain NUL bytes")
         if size is not None and len(text) + 1 > size:
@@ -219,17 +242,6 @@ class Machine:
             raise InputError(f"{image.path}: input buffer at 0x{buf.value:08x} "
                              f"({len(text) + 1} bytes needed) is not inside RAM")
         self.write(buf.value, text + b"\0")
-
-    def _input_capacity(self, image: ElfImage) -> int | None:
-        """``__input_size``: an absolute symbol whose value is the size, or a 4-byte
-        variable holding it; else the size of the ``__input_buffer`` object; else None."""
-        sym = image.symbols.get(memmap.INPUT_SIZE_SYMBOL)
-        if sym is not None:
-            if sym.shndx == "SHN_ABS" or sym.size == 0:
-                return sym.value
-            return int.from_bytes(self.read(sym.value, 4), "little")
-        buf = image.symbols[memmap.INPUT_BUFFER_SYMBOL]
-        return buf.size or None
 
     def load_words(self, words: list[int], addr: int = memmap.CODE_BASE) -> None:
         """Write instruction words (little-endian) at ``addr``: for hand-assembled tests."""

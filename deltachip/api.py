@@ -13,11 +13,14 @@ the weights against the simulator, and run firmware -- what the command line doe
 
 Every function raises :class:`common.errors.UserError` (with the same text the command line
 prints) for bad input: a source error, a circuit that breaks the depth rule, an unknown
-target, a bad token text, an unloadable ELF. Heavy modules (torch, transformers) are imported
+target, a bad token text, an unloadable ELF, a number out of range. An argument of the wrong
+type is a ``TypeError`` naming the function and the parameter, as the standard library's
+(``load_source() argument 'text' must be str, not int``), raised before any work. Heavy modules (torch, transformers) are imported
 only when a call needs them, so ``import deltachip`` stays cheap.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,54 @@ if TYPE_CHECKING:           # for annotations only
     from backends.check import CheckReport
     from backends.emit import Emission
     from hdl import ir
+
+
+# ---- argument checks -----------------------------------------------------------------------
+
+_PATH = (str, os.PathLike)
+#: most batch rows :func:`check` runs (each holds the chip's whole recurrent state)
+MAX_BATCH = 1 << 16
+#: most steps :meth:`Circuit.simulate` takes: it returns every token (a few hundred bytes
+#: each); `deltachip sim` streams them instead
+MAX_SIMULATE_STEPS = 10_000_000
+
+
+def _typed(func: str, name: str, value: Any, types: type | tuple[type, ...], what: str,
+           optional: bool = False) -> Any:
+    """``value`` if it is one of ``types`` (a bool is not an int here) or, ``optional``,
+    None; else TypeError ``func() argument 'name' must be WHAT, not TYPE``."""
+    if value is None and optional:
+        return value
+    kinds = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
+        return value
+    raise TypeError(f"{func}() argument '{name}' must be {what}"
+                    f"{' or None' if optional else ''}, not {type(value).__name__}")
+
+
+def _path(func: str, name: str, value: Any) -> Path:
+    """``value`` (str or os.PathLike) as a Path; else TypeError (UserError when empty)."""
+    if os.fspath(_typed(func, name, value, _PATH, "str or os.PathLike")) == "":
+        raise UserError(f"{func}(): {name} must not be empty")
+    return Path(value)
+
+
+def _count(func: str, name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """``value`` if it is an int from ``lo`` (to ``hi``); TypeError for another type,
+    UserError (``steps must be >= 0, got -1``) for one out of range."""
+    _typed(func, name, value, int, "int")
+    if value < lo:
+        raise UserError(f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise UserError(f"{name} must be <= {hi:,}, got {value:,}")
+    return value
+
+
+def _callback(func: str, name: str, value: Any) -> Callable[[str], None] | None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{func}() argument '{name}' must be callable or None, not "
+                        f"{type(value).__name__}")
+    return value
 
 
 # ---- circuits ------------------------------------------------------------------------------
@@ -53,6 +104,9 @@ class Circuit:
     and ``start`` token; ``ir`` is the :class:`hdl.ir.Circuit` itself (docs/ir.md)."""
 
     def __init__(self, circuit: ir.Circuit):
+        from hdl.ir import Circuit as IRCircuit
+        _typed("Circuit", "circuit", circuit, IRCircuit, "an hdl.ir.Circuit (use load() or "
+               "load_source())")
         if not circuit.kinds:
             raise UserError(f"'{circuit.name}' is a module, not a circuit: load a circuit "
                             "(token kinds and `next`), or wrap the module in one")
@@ -84,7 +138,7 @@ class Circuit:
     def token(self, text: str) -> Token:
         """The token written ``'Kind field=value ...'`` (as ``deltachip sim --start`` takes it)."""
         from hdl.sim import parse_token
-        return self._token(parse_token(self.ir, text))
+        return self._token(parse_token(self.ir, _typed("token", "text", text, str, "str")))
 
     def _token(self, tok: ir.Token) -> Token:
         from hdl.sim import format_token
@@ -93,8 +147,9 @@ class Circuit:
                   for f, v in zip(kind.fields, tok.fields)}
         return Token(kind.name, fields, self.ir.token_id(tok), format_token(self.ir, tok))
 
-    def _parse(self, start: str | Token | None) -> ir.Token:
+    def _parse(self, start: str | Token | None, func: str = "simulate") -> ir.Token:
         from hdl.sim import parse_token
+        _typed(func, "start", start, (str, Token), "str or Token", optional=True)
         if start is None:
             if self.ir.start is None:
                 raise UserError(f"circuit '{self.name}' declares no start token: pass "
@@ -107,26 +162,41 @@ class Circuit:
                  engine: str = "auto") -> list[Token]:
         """The token stream of the reference simulator from ``start`` (default: the circuit's
         ``start``): ``[start, t1, ...]``, ending after the first halt token or ``steps``
-        steps. ``roms`` gives memory images by name, as word lists or image files (.hex,
-        .bin); ``engine`` is ``auto``, ``c`` or ``python``."""
+        steps (at most :data:`MAX_SIMULATE_STEPS`). ``roms`` gives memory images by name, as
+        word lists or image files (.hex, .bin); ``engine`` is ``auto``, ``c`` or ``python``."""
         from hdl.sim import Simulator
-        if steps < 0:
-            raise UserError(f"steps must be >= 0, got {steps}")
+        _count("simulate", "steps", steps, 0, MAX_SIMULATE_STEPS)
+        _typed("simulate", "engine", engine, str, "str")
         sim = Simulator(self.ir, roms=self._images(roms), backend=engine)
         return [self._token(t) for t in sim.run(self._parse(start), steps)]
 
-    def _images(self, roms: Mapping[str, Sequence[int] | str | Path] | None
-                ) -> dict[str, list[int]]:
-        """Memory images by name: word lists as given, paths read as image files."""
+    def _images(self, roms: Mapping[str, Sequence[int] | str | Path] | None,
+                func: str = "simulate") -> dict[str, list[int]]:
+        """Memory images by name: word lists as given (each word checked against the
+        memory's width and depth), paths read as image files."""
         from hdl.images import load_image
+        _typed(func, "roms", roms, Mapping, "a mapping of memory names to images", optional=True)
         out = {}
         for name, image in (roms or {}).items():
             mem = self.ir.memories.get(name)
             if mem is None:
                 raise UserError(f"circuit '{self.name}' has no memory '{name}' (its memories: "
                                 f"{', '.join(self.ir.memories) or 'none'})")
-            out[name] = (load_image(image, mem.width, mem.depth, name)
-                         if isinstance(image, (str, Path)) else [int(w) for w in image])
+            _typed(func, f"roms['{name}']", image, (*_PATH, Sequence),
+                   "a list of ints or the path of an image file")
+            if isinstance(image, _PATH):
+                out[name] = load_image(image, mem.width, mem.depth, name)
+                continue
+            if isinstance(image, (bytes, bytearray)) or len(image) > mem.depth:
+                raise UserError(f"roms['{name}']: {len(image)} words, but '{name}' holds only "
+                                f"{mem.depth} (u{mem.width}[{mem.depth}])"
+                                if not isinstance(image, (bytes, bytearray)) else
+                                f"roms['{name}'] must be a list of ints, not bytes")
+            for i, w in enumerate(image):
+                if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w < 1 << mem.width:
+                    raise UserError(f"roms['{name}']: word {i} ({w!r}) is not an integer from 0 "
+                                    f"to {(1 << mem.width) - 1} (u{mem.width})")
+            out[name] = list(image)
         return out
 
 
@@ -134,13 +204,17 @@ def load(path: str | Path, top: str | None = None) -> Circuit:
     """The circuit ``top`` (default: the file's only circuit) of the ``.hdl`` file ``path``,
     parsed and elaborated; its imports are searched beside it, then in ``stdlib/``."""
     from hdl.frontend import load_circuit
-    return Circuit(load_circuit(path, top))
+    path = _path("load", "path", path)
+    return Circuit(load_circuit(path, _typed("load", "top", top, str, "str", optional=True)))
 
 
 def load_source(text: str, filename: str = "<string>", top: str | None = None) -> Circuit:
     """Like :func:`load` for source text; ``filename`` names it in messages and locates its
     relative imports and ROM images."""
     from hdl.frontend import load_source as frontend_load_source
+    _typed("load_source", "text", text, str, "str")
+    filename = str(_path("load_source", "filename", filename))
+    top = _typed("load_source", "top", top, str, "str", optional=True)
     return Circuit(frontend_load_source(text, filename, top))
 
 
@@ -218,6 +292,8 @@ class Chip:
         ``deltachip compile``): ``path`` must be new, empty or a previous checkpoint, and is
         replaced only once the new one is complete. Returns it as a Path."""
         from backends.compiler import write_dir
+        path = _path("save", "path", path)
+        progress = _callback("save", "progress", progress)
         self._chip = write_dir(self.plan, path, self.roms, progress)
         self._nonzero = self._chip["nonzero_weights"]
         self.path = Path(path)
@@ -234,6 +310,8 @@ class Chip:
         is for, or what ``source`` (``FILE.hdl:LINE``) became. Give exactly one."""
         from backends.compiler import chip_record
         from backends.trace import ChipTrace, parse_source
+        _typed("explain", "layer", layer, int, "int", optional=True)
+        _typed("explain", "source", source, str, "str", optional=True)
         if (layer is None) == (source is None):
             raise UserError("explain: give exactly one of layer=L or source='FILE.hdl:LINE'")
         chip = self._chip or chip_record(self.plan, self.roms, {})
@@ -252,13 +330,17 @@ def compile(circuit: Circuit | str | Path, target: str = "compact", dtype: DType
     and the exactness proof run now; ``roms`` bakes memory images in (default: each
     memory's own). ``progress`` receives a line per stage."""
     from backends.compiler import plan_circuit
+    _typed("compile", "circuit", circuit, (Circuit, *_PATH), "a Circuit, str or os.PathLike")
+    target = str(_typed("compile", "target", target, _PATH, "str or os.PathLike"))
+    _typed("compile", "dtype", dtype, str, "str or DType")
+    progress = _callback("compile", "progress", progress)
     if not isinstance(circuit, Circuit):
         circuit = load(circuit)
-    images = circuit._images(roms)
+    images = circuit._images(roms, "compile")
     return Chip(circuit, plan_circuit(circuit.ir, target, dtype, progress), images)
 
 
-def check(chip: Chip | str | Path, steps: int = 64, start: str | None = None,
+def check(chip: Chip | str | Path, steps: int = 64, start: str | Token | None = None,
           dtype: DType | str | None = None, batch: int = 1, prefill: bool = False,
           mem_every: int = 1) -> CheckReport:
     """Run a compiled chip (a saved directory, or a :class:`Chip`, saved to a temporary
@@ -269,16 +351,25 @@ def check(chip: Chip | str | Path, steps: int = 64, start: str | None = None,
     from backends.check import check_engine
     from backends.hf_engine import HFEngine
     from hdl.sim import parse_token
-    if steps < 0 or batch < 1 or mem_every < 1:
-        raise UserError("check: steps must be >= 0, batch and mem_every >= 1")
+    _typed("check", "chip", chip, (Chip, *_PATH), "a Chip, str or os.PathLike")
+    for name, value, lo, hi in (("steps", steps, 0, None), ("batch", batch, 1, MAX_BATCH),
+                                ("mem_every", mem_every, 1, None)):
+        _count("check", name, value, lo, hi)
+    _typed("check", "start", start, (str, Token), "str or Token", optional=True)
+    start = start.text if isinstance(start, Token) else start
+    _typed("check", "dtype", dtype, str, "str or DType", optional=True)
+    _typed("check", "prefill", prefill, bool, "bool")
     if dtype is not None:
         dtype = DType.parse(dtype)
     bar = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()           # no "Loading weights" bar, as in the CLI
     try:
         with tempfile.TemporaryDirectory(prefix="deltachip-check-") as tmp:
-            if isinstance(chip, Chip):
-                path = chip.path if chip.path is not None else chip.save(Path(tmp) / "chip")
+            if isinstance(chip, Chip) and chip.path is None:
+                path = chip.save(Path(tmp) / "chip")
+                chip.path = None        # the temporary copy goes with this call
+            elif isinstance(chip, Chip):
+                path = chip.path
             else:
                 path = Path(chip)
             engine = HFEngine(path, dtype)
@@ -324,13 +415,18 @@ def run_elf(path: str | Path, engine: str = "ref", input_text: str | bytes | Non
     registers, e.g. ``sim`` and ``hf``, as they land); ``input_text`` is written
     NUL-terminated into the program's input buffer."""
     from deltachip.commands.run import ENGINES
+    path = _path("run_elf", "path", path)
+    _typed("run_elf", "engine", engine, str, "str")
+    _typed("run_elf", "input_text", input_text, (str, bytes, bytearray), "str or bytes",
+           optional=True)
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}' (engines: {', '.join(sorted(ENGINES))})")
-    if max_steps < 0:
-        raise UserError(f"max_steps must be >= 0, got {max_steps}")
+    _count("run_elf", "max_steps", max_steps, 0)
     if isinstance(input_text, str):
         input_text = input_text.encode("utf-8", "surrogateescape")
-    machine = ENGINES[engine].load()(Path(path), input_text)
+    elif input_text is not None:
+        input_text = bytes(input_text)
+    machine = ENGINES[engine].load()(path, input_text)
     output = bytearray()
     instructions = 0
     while True:

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from common.errors import UserError
-from common.outputs import os_reason, replace_on_success, temp_name_prefix
+from common.outputs import os_reason, replace_on_success, special_kind, temp_name_prefix
 
 FIRMWARE_DIR = Path(__file__).resolve().parent
 RUNTIME_DIR = FIRMWARE_DIR / "runtime"
@@ -130,12 +130,7 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
         raise ToolchainError(f"error: unknown optimisation level {opt!r} "
                              f"(choose from {', '.join(OPT_LEVELS)})")
     for src in sources:
-        if src.is_dir():
-            raise ToolchainError(f"error: {src}: is a directory; give its source files "
-                                 "(.c, .S, .s) or a shipped program's name "
-                                 "(`deltachip firmware list`)")
-        if not src.is_file():
-            raise ToolchainError(f"error: {src}: no such file")
+        _check_source(src)
         if src.suffix not in SOURCE_SUFFIXES:
             raise ToolchainError(f"error: {src}: not a C or assembly source "
                                  f"(expected {', '.join(SOURCE_SUFFIXES)})")
@@ -166,6 +161,25 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return output
+
+
+def _check_source(src: Path) -> None:
+    """ToolchainError unless ``src`` is a readable regular file, saying what it is instead:
+    missing, a directory, a device or FIFO (``/dev/zero``), unreadable (the OS's reason)."""
+    kind = special_kind(src, follow_symlinks=True)
+    if kind == "a directory":
+        raise ToolchainError(f"error: {src}: is a directory; give its source files "
+                             "(.c, .S, .s) or a shipped program's name "
+                             "(`deltachip firmware list`)")
+    if kind is not None:
+        raise ToolchainError(f"error: {src}: is {kind}, not a source file")
+    try:
+        with open(src, "rb"):
+            pass
+    except FileNotFoundError:
+        raise ToolchainError(f"error: {src}: no such file") from None
+    except OSError as e:
+        raise ToolchainError(f"error: {src}: cannot read: {os_reason(e)}") from None
 
 
 def _status_text(returncode: int) -> str:

@@ -17,8 +17,29 @@ from pathlib import Path
 from typing import Iterable, Mapping, Protocol
 
 from common.errors import UserError
+from common.inputs import InputTooLarge, read_bounded
 
 _HEX_WORD = re.compile(r"(?:0[xX])?[0-9a-fA-F][0-9a-fA-F_]*")
+
+#: bytes of a .hex image per word of the memory (digits, separators, comments)
+HEX_BYTES_PER_WORD = 64
+#: bytes read beyond what a full image takes, so that an image a little too long is
+#: reported by its word count (``has 5 words, more than the depth 4``)
+IMAGE_SLACK = 64 << 10
+
+
+def image_limit(path: str | Path, width: int, depth: int) -> tuple[int, str]:
+    """The most bytes read of an image for a ``u<width>[<depth>]`` memory and how to say
+    why: a .bin holds ``depth`` words of whole bytes, a .hex up to
+    :data:`HEX_BYTES_PER_WORD` characters per word; both plus :data:`IMAGE_SLACK`."""
+    if Path(path).suffix.lower() == ".hex":
+        return (depth * HEX_BYTES_PER_WORD + IMAGE_SLACK,
+                f"a .hex image of u{width}[{depth}] ({HEX_BYTES_PER_WORD} characters a word "
+                f"plus {IMAGE_SLACK:,} bytes)")
+    nb = (width + 7) // 8
+    return (depth * nb + IMAGE_SLACK,
+            f"a .bin image of u{width}[{depth}] ({depth} words of {nb} "
+            f"byte{'s' * (nb > 1)} plus {IMAGE_SLACK:,} bytes)")
 
 
 class ImageError(UserError):
@@ -55,7 +76,9 @@ def load_image(path: str | Path, width: int, depth: int, name: str = "memory") -
     """Read a ``.hex`` or ``.bin`` image for a ``u<width>[<depth>]`` memory called ``name``."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_bounded(p, *image_limit(p, width, depth))
+    except InputTooLarge as e:
+        raise ImageError(f"{p}: image for '{name}' {e.problem}", e.problem) from None
     except OSError as e:
         why = e.strerror or str(e)
         raise ImageError(f"cannot read image for '{name}': {p}: {why}",

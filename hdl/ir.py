@@ -140,6 +140,17 @@ class Token:
     fields: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class Instance:
+    """A module instance the elaborator inlined: its hierarchical ``path`` (``divu$1``,
+    ``alu.add``), the ``module`` it instantiates, the ``loc`` of the line that instantiates
+    it, and the index of the instance it sits in (``parent``; -1: the top)."""
+    path: str
+    module: str
+    loc: Loc
+    parent: int = -1
+
+
 @dataclass
 class Circuit:
     """A whole elaborated circuit. ``nodes`` is in topological order (args precede users).
@@ -149,7 +160,12 @@ class Circuit:
     A top ``circuit`` has token kinds, memories and one TOKEN_OUT, and no INPUT/OUTPUT.
     An elaborated ``module`` (for testing it alone) has INPUT and OUTPUT nodes instead, no
     kinds and no memories; ``ports`` lists its ports in declaration order as
-    (name, "in"|"out", width, signed)."""
+    (name, "in"|"out", width, signed).
+
+    ``instances`` lists the module instances the source made (:class:`Instance`) and
+    ``inst_of[i]`` the innermost one node ``i`` was made in (-1: the top; a node two
+    instances made alike is the first one's); :meth:`instance_of` reads it (-1 for a node
+    past its end: circuits built node by node record none)."""
     name: str
     loc: Loc
     nodes: list[Node] = field(default_factory=list)
@@ -158,6 +174,13 @@ class Circuit:
     start: Token | None = None
     names: dict[str, int] = field(default_factory=dict)
     ports: list[tuple[str, str, int, bool]] = field(default_factory=list)
+    instances: list[Instance] = field(default_factory=list)
+    inst_of: list[int] = field(default_factory=list)
+
+    def instance_of(self, nid: int) -> int:
+        """The index in :attr:`instances` of the innermost instance that made node ``nid``,
+        or -1 (the top circuit itself, or not recorded)."""
+        return self.inst_of[nid] if nid < len(self.inst_of) else -1
 
     # ---- construction -------------------------------------------------------------------
     def add(self, op: Op, width: int, args: tuple[int, ...] = (), param: Any = None,

@@ -168,3 +168,96 @@ def test_errors_are_user_errors_with_clear_text(counter_chip, tmp_path, hello_el
         "unknown engine 'qemu' (engines: ")
     assert error(lambda: deltachip.run_elf(tmp_path / "none.elf")).startswith(
         f"{tmp_path / 'none.elf'}: ")
+
+
+# ---- argument checks (issue 28, class 9) ---------------------------------------------------
+
+def type_error(call) -> str:
+    with pytest.raises(TypeError) as e:
+        call()
+    assert e.traceback[-1].path.name == "api.py", "raised from deep inside, not by the check"
+    return str(e.value)
+
+
+def test_wrong_types_are_type_errors_naming_the_parameter(counter_chip):
+    """26 of 90 probe calls used to end in an AttributeError, an AssertionError or a
+    TypeError from inside lark, pathlib or the backend."""
+    counter = deltachip.load(COUNTER)
+    assert type_error(lambda: deltachip.load_source(None)) == (
+        "load_source() argument 'text' must be str, not NoneType")
+    assert type_error(lambda: deltachip.load_source(123)) == (
+        "load_source() argument 'text' must be str, not int")
+    assert type_error(lambda: deltachip.compile(counter, target={"hidden_size": 64})) == (
+        "compile() argument 'target' must be str or os.PathLike, not dict")
+    cases = {
+        "load() argument 'path' must be str or os.PathLike, not int": lambda: deltachip.load(1),
+        "load() argument 'top' must be str or None, not int": lambda: deltachip.load(COUNTER, 1),
+        "load_source() argument 'filename' must be str or os.PathLike, not NoneType":
+            lambda: deltachip.load_source("", filename=None),
+        "compile() argument 'circuit' must be a Circuit, str or os.PathLike, not list":
+            lambda: deltachip.compile([]),
+        "compile() argument 'dtype' must be str or DType, not int":
+            lambda: deltachip.compile(counter, dtype=16),
+        "compile() argument 'roms' must be a mapping of memory names to images or None, not "
+        "list": lambda: deltachip.compile(counter, roms=[]),
+        "compile() argument 'progress' must be callable or None, not str":
+            lambda: deltachip.compile(counter, progress="x"),
+        "check() argument 'chip' must be a Chip, str or os.PathLike, not NoneType":
+            lambda: deltachip.check(None),
+        "check() argument 'steps' must be int, not float": lambda: deltachip.check("x", 1.5),
+        "check() argument 'batch' must be int, not bool":
+            lambda: deltachip.check("x", batch=True),
+        "check() argument 'prefill' must be bool, not int":
+            lambda: deltachip.check("x", prefill=1),
+        "check() argument 'start' must be str or Token or None, not int":
+            lambda: deltachip.check("x", start=3),
+        "run_elf() argument 'path' must be str or os.PathLike, not bytes":
+            lambda: deltachip.run_elf(b"x.elf"),
+        "run_elf() argument 'input_text' must be str or bytes or None, not int":
+            lambda: deltachip.run_elf("x.elf", input_text=7),
+        "run_elf() argument 'max_steps' must be int, not str":
+            lambda: deltachip.run_elf(COUNTER, max_steps="9"),
+        "token() argument 'text' must be str, not int": lambda: counter.token(1),
+        "simulate() argument 'steps' must be int, not NoneType":
+            lambda: counter.simulate(steps=None),
+        "simulate() argument 'start' must be str or Token or None, not int":
+            lambda: counter.simulate(start=1),
+        "simulate() argument 'engine' must be str, not NoneType":
+            lambda: counter.simulate(engine=None),
+        "save() argument 'path' must be str or os.PathLike, not int":
+            lambda: counter_chip.save(1),
+        "explain() argument 'layer' must be int or None, not str":
+            lambda: counter_chip.explain(layer="1"),
+        "explain() argument 'source' must be str or None, not int":
+            lambda: counter_chip.explain(source=15),
+        "Circuit() argument 'circuit' must be an hdl.ir.Circuit (use load() or load_source()), "
+        "not str": lambda: deltachip.Circuit("counter.hdl"),
+    }
+    for want, call in cases.items():
+        assert type_error(call) == want
+
+
+def test_values_out_of_range_are_user_errors(counter_chip, tmp_path):
+    sm = deltachip.load(STACK)
+    assert error(lambda: sm.simulate(roms={"prog": [1 << 16]})) == (
+        "roms['prog']: word 0 (65536) is not an integer from 0 to 65535 (u16)")
+    assert error(lambda: sm.simulate(roms={"prog": [0, -1]})) == (
+        "roms['prog']: word 1 (-1) is not an integer from 0 to 65535 (u16)")
+    assert error(lambda: sm.simulate(roms={"prog": [0] * 257})) == (
+        "roms['prog']: 257 words, but 'prog' holds only 256 (u16[256])")
+    assert error(lambda: deltachip.check(tmp_path, batch=10 ** 30)) == (
+        "batch must be <= 65,536, got 1,000,000,000,000,000,000,000,000,000,000")
+    assert error(lambda: deltachip.check(tmp_path, steps=-1)) == "steps must be >= 0, got -1"
+    assert error(lambda: sm.simulate(steps=10 ** 12)) == (   # the list would not fit
+        "steps must be <= 10,000,000, got 1,000,000,000,000")
+    assert error(lambda: counter_chip.save("")) == "save(): path must not be empty"
+    assert error(lambda: counter_chip.explain(source="counter.hdl:²")) == (
+        "--source expects FILE.hdl:LINE (a line number from 1), got 'counter.hdl:²'")
+
+
+def test_checking_an_unsaved_chip_leaves_it_unsaved():
+    """The temporary copy check() saves an unsaved chip to is gone afterwards; the chip did
+    not keep its path (a second check used to find "no such directory")."""
+    chip = deltachip.compile(COUNTER)
+    assert deltachip.check(chip, steps=4).ok and chip.path is None
+    assert deltachip.check(chip, steps=4).ok

@@ -170,8 +170,8 @@ BYTE_CELLS = True
 
 
 def cache_root() -> Path:
-    base = os.environ.get("DELTACHIP_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "deltachip") / "cores"
+    from common.cachedir import cache_dir      # a DELTACHIP_CACHE it cannot use: exit 2
+    return cache_dir("cores")
 
 
 def compiled_core_path(sizes: CoreSizes = FULL, target: str = "compact",

@@ -150,23 +150,32 @@ def read_stdin(program: Path) -> bytes | None:
     """The input text from standard input when it is a pipe or a file, not a terminal
     (``echo 2**100 | deltachip run calc.elf``): its bytes, or None when it is a terminal,
     closed or empty, or when ``program`` has no input buffer (a program that reads no input
-    ignores standard input, as a Unix program would)."""
+    ignores standard input, as a Unix program would, and none of it is read). At most the
+    input buffer's capacity is read (the RAM's size when the ELF does not say it): a longer
+    input is refused, never read in full."""
     try:
         mode = os.fstat(sys.stdin.fileno()).st_mode
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return None
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)):
         return None
+    from common.inputs import InputTooLarge, read_bounded
+    from cpu.elf import read_elf
+    from cpu.emulator import input_capacity
+    image = read_elf(program)
+    if memmap.INPUT_BUFFER_SYMBOL not in image.symbols:
+        return None
+    capacity = input_capacity(image)
+    holds = (f"the program's input buffer holds {capacity} bytes including the terminating NUL"
+             if capacity is not None else f"the input buffer is in the {memmap.RAM_SIZE}-byte RAM")
+    limit = max(0, (capacity if capacity is not None else memmap.RAM_SIZE) - 1)
     try:
-        data = sys.stdin.buffer.read()
+        data = read_bounded(sys.stdin.buffer, limit, "the input")
+    except InputTooLarge:
+        raise UserError(f"standard input is more than {limit} bytes; {holds}") from None
     except OSError as e:
         raise UserError(f"cannot read the input from standard input: {e.strerror or e}") from None
-    if not data:
-        return None
-    from cpu.elf import read_elf
-    if memmap.INPUT_BUFFER_SYMBOL not in read_elf(program).symbols:
-        return None
-    return data
+    return data or None
 
 
 def _run(machine: Any, max_steps: int, trace_file: IO[str] | None) -> tuple[int, dict[str, Any]]:

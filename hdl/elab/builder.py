@@ -14,7 +14,7 @@ from typing import Any
 
 import networkx as nx
 
-from hdl.ir import Circuit, Loc, Node, Op
+from hdl.ir import Circuit, Instance, Loc, Node, Op
 
 _SINKS = {Op.MEM_WRITE, Op.TOKEN_OUT, Op.OUTPUT}
 ALIAS = "alias"   # pseudo-op: a wire placeholder; args = (driver,) once driven
@@ -81,6 +81,9 @@ class Builder:
         self.names: dict[str, int] = {}        # hierarchical signal name -> proto id
         self.alias_names: dict[int, str] = {}  # alias proto id -> signal name
         self._memo: dict[tuple, int] = {}
+        self.instances: list[Instance] = []    # the module instances made so far
+        self.inst: int = -1                    # the one being elaborated (-1: the top)
+        self.insts: list[int] = []             # per proto node: the instance that made it
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -92,7 +95,20 @@ class Builder:
         self.args.append(args)
         self.params.append(param)
         self.locs.append(loc)
+        self.insts.append(self.inst)
         return nid
+
+    def enter(self, path: str, module: str, loc: Loc) -> int:
+        """Start elaborating an instance of ``module`` (``path``, instantiated at ``loc``)
+        inside the current one: nodes made from now on are its. Returns the instance to
+        go back to (:meth:`leave`)."""
+        outer = self.inst
+        self.instances.append(Instance(path, module, loc, outer))
+        self.inst = len(self.instances) - 1
+        return outer
+
+    def leave(self, outer: int) -> None:
+        self.inst = outer
 
     def const_value(self, nid: int) -> int | None:
         return self.params[nid] if self.ops[nid] is Op.CONST else None
@@ -247,6 +263,7 @@ class Builder:
         final: dict[int, int] = {}
         specs: list[tuple[Any, int, tuple[int, ...], Any, Loc]] = []
         memo: dict[tuple, int] = {}
+        inst_of: list[int] = []
         for pid in order:
             op = self.ops[pid]
             args = tuple(final[a] for a in self.args[pid])
@@ -259,9 +276,12 @@ class Builder:
                 continue
             memo[key] = final[pid] = len(specs)
             specs.append((op, self.widths[pid], args, self.params[pid], self.locs[pid]))
+            inst_of.append(self.insts[pid])
         node_name: dict[int, str] = {}
         for name, pid in self.names.items():
             circuit.names[name] = final[pid]
             node_name.setdefault(final[pid], name)
         circuit.nodes = [Node(i, op, w, args, param, loc, node_name.get(i))
                          for i, (op, w, args, param, loc) in enumerate(specs)]
+        circuit.instances = list(self.instances)
+        circuit.inst_of = inst_of

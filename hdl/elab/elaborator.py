@@ -144,7 +144,11 @@ class Elaborator(ExprMixin, StmtMixin):
             return None
         if not ok:
             return None
-        return self.module_body(m, pvals, given, self.prefix + inst_name + ".")  # type: ignore[arg-type]
+        outer = self.b.enter(self.prefix + inst_name, decl.name, loc)
+        try:
+            return self.module_body(m, pvals, given, self.prefix + inst_name + ".")  # type: ignore[arg-type]
+        finally:
+            self.b.leave(outer)
 
     def param_values(self, decl: ast.ModuleDecl, params: tuple[ast.NamedArg, ...],
                      scope: Scope, loc: Loc) -> dict[str, int] | None:

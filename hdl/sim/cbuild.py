@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import cffi
 
+from common import cachedir
 from hdl.sim.codegen import C_DECLS
 
 _FFI = cffi.FFI()
@@ -62,14 +63,16 @@ def find_compiler() -> tuple[str, ...] | None:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("DELTACHIP_CACHE")
-    root = Path(base) if base else Path.home() / ".cache" / "deltachip"
-    d = root / "sim"
+    """``sim`` under the cache folder (:func:`common.cachedir.cache_dir`): a
+    ``DELTACHIP_CACHE`` that cannot be used is a CacheDirError naming it; when the variable
+    is unset and ``~/.cache`` is not writable, a folder in the system's temporary folder."""
     try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        d = Path(tempfile.gettempdir()) / "deltachip-sim"
-        d.mkdir(parents=True, exist_ok=True)
+        return cachedir.cache_dir("sim")
+    except cachedir.CacheDirError:
+        if os.environ.get(cachedir.ENV):
+            raise
+    d = Path(tempfile.gettempdir()) / "deltachip-sim"
+    d.mkdir(parents=True, exist_ok=True)
     return d
 
 

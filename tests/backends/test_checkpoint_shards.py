@@ -167,6 +167,17 @@ def _edit_index(obj) -> callable:
     return lambda d: (d / INDEX).write_text(json.dumps(obj))
 
 
+def _edit_metadata(value) -> callable:
+    """The index's 'metadata' replaced by ``value`` (None: removed)."""
+    def edit(d: Path) -> None:
+        idx = _index(d)
+        del idx["metadata"]
+        if value is not None:
+            idx["metadata"] = value
+        (d / INDEX).write_text(json.dumps(idx))
+    return edit
+
+
 SECOND = "model-00002-of-{n:05d}.safetensors"
 BAD = {
     "missing shard": (lambda d: _second(d).unlink(),
@@ -195,6 +206,13 @@ BAD = {
                             "shard files): " + RECOMPILE),
     "no index": (lambda d: (d / INDEX).unlink(),
                  "{d}: " + INDEX + " is missing (the shards are there): " + RECOMPILE),
+    # issue 28, class 5: transformers' own KeyError / TypeError tracebacks
+    "index without metadata": (_edit_metadata(None),
+                               "{d}/" + INDEX + ": corrupt (field 'metadata' must be an object, "
+                               "got missing): " + RECOMPILE),
+    "index metadata an array": (_edit_metadata([]),
+                                "{d}/" + INDEX + ": corrupt (field 'metadata' must be an object, "
+                                "got an array): " + RECOMPILE),
     "tensor in no shard": (_drop_from_shard_and_index,
                            "{d}/" + INDEX + " does not fit config.json: model.norm.weight is "
                            "missing: " + RECOMPILE),
@@ -210,6 +228,26 @@ def test_damaged_sharded_checkpoint(case, sharded, tmp_path, capsys):
     assert main(["check", str(d), "--steps", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == want.format(d=d, n=n)
+
+
+def test_unreadable_shard_says_why(sharded, tmp_path, capsys, monkeypatch):
+    """Issue 28, class 5: a shard the user may not read was reported "corrupt or truncated
+    (No such file or directory)"; the OS's reason is given. (Tests may run as root, whom a
+    chmod does not stop: opening the shard is made to fail as it would for another user.)"""
+    import builtins
+    d = _copy(sharded, tmp_path)
+    n = len(_shards(d))
+    shard = _second(d)
+    real_open = builtins.open
+
+    def deny(file, *args, **kwargs):
+        if str(file) == str(shard):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", deny)
+    assert main(["check", str(d), "--steps", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"{d}/" + SECOND.format(n=n) + ": cannot read: Permission denied")
 
 
 # ---- writing: all or nothing, one group in memory at a time ------------------------------

@@ -125,3 +125,41 @@ def test_cli_reports_the_field(tmp_path, capsys):
     assert capsys.readouterr().err == (f"target {spec}: field 'linear_num_key_heads' must be an "
                                        "integer from 1 to 256, got 0\n")
     assert not (tmp_path / "out").exists()
+
+
+# ---- issue 28, class 9: refuse at compile what cannot run --------------------------------
+#: the largest GDN state a layer may have: 256 value heads of 256 x 256 (64 MiB in fp32)
+AT_STATE_LIMIT = {**GOOD, "linear_num_key_heads": 64, "linear_num_value_heads": 256,
+                  "linear_key_head_dim": 256, "linear_value_head_dim": 256}
+
+
+def test_config_at_every_upper_bound_is_refused_at_compile(tmp_path, capsys):
+    """Every field at its upper bound used to compile, then `check` died allocating 4 GB for
+    one layer's recurrent state."""
+    spec = _write(tmp_path, {k: hi for k, (lo, hi, d) in CONFIG_INTS.items()})
+    assert main(["compile", str(COUNTER), "-o", str(tmp_path / "out"), "--target", spec]) == 2
+    assert capsys.readouterr().err == (
+        f"target {spec}: one layer's GDN recurrent state would take 4,096 MiB "
+        "(linear_num_value_heads 1024 x linear_key_head_dim 1024 x linear_value_head_dim 1024 "
+        "x 4 bytes), more than the 64 MiB per layer deltachip allows (`deltachip check` and the "
+        "engines hold it for every layer): use fewer or smaller value heads\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_projection_width_is_bounded(tmp_path):
+    cfg = {**GOOD, "linear_num_key_heads": 256, "linear_num_value_heads": 256,
+           "linear_key_head_dim": 512, "linear_value_head_dim": 16}
+    assert _error(tmp_path, cfg) == (
+        "target CFG: one layer's GDN projections would be 270,336 columns wide (2 x 256 key "
+        "heads x 512 + 2 x 256 value heads x 16), more than 262,144: use fewer or smaller heads")
+
+
+def test_config_at_the_state_limit_runs(tmp_path):
+    """The largest state accepted compiles and checks exact (64 MiB per layer)."""
+    from backends.check import check_dir
+    from backends.compiler import compile_to_dir
+    from hdl.frontend import load_circuit
+    spec = _write(tmp_path, AT_STATE_LIMIT)
+    compile_to_dir(load_circuit(str(COUNTER)), tmp_path / "ck", spec)
+    rep = check_dir(tmp_path / "ck", steps=12)
+    assert rep.ok, [str(m) for m in rep.mismatches]

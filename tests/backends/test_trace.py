@@ -37,7 +37,8 @@ QUESTIONS = {
                 ["--source", "examples/counter/counter.hdl:13"], ["--source", "counter.hdl:14"],
                 ["--source", "counter.hdl:5"]],
     "gcd": [["--layer", "0"], ["--source", "examples/gcd/gcd.hdl:17"],
-            ["--source", "examples/gcd/gcd.hdl:9"], ["--source", "stdlib/muldiv.hdl:89"],
+            ["--source", "examples/gcd/gcd.hdl:9"], ["--source", "examples/gcd/gcd.hdl:20"],
+            ["--source", "stdlib/muldiv.hdl:89"],
             ["--source", "muldiv.hdl:90"]],
     "stack_machine": [["--layer", "0"], ["--layer", "2"],
                       ["--source", "stack_machine.hdl:48"], ["--source", "stack_machine.hdl:56"],
@@ -248,10 +249,14 @@ def test_exactness_error_names_the_signal():
 
 
 def test_backend_doc_shows_a_golden_answer():
-    """docs/backend.md's `explain --layer 0` example is the golden answer, verbatim."""
+    """docs/backend.md's `explain --layer 0` and instance-line examples are the golden
+    answers, verbatim."""
     doc = (ROOT / "docs/backend.md").read_text()
     golden = (GOLDEN / "explain_counter.txt").read_text().split("\n\n")[0]
     assert golden in doc
+    instance = [block for block in (GOLDEN / "explain_gcd.txt").read_text().split("\n\n")
+                if block.startswith("$ deltachip explain build/gcd --source examples/gcd/gcd.hdl:20")]
+    assert len(instance) == 1 and instance[0] in doc
 
 
 def test_trace_of_random_circuits_with_memories():
@@ -298,3 +303,54 @@ def test_explain_names_a_transparent_ram(tmp_path):
     assert status == 0, err
     assert ("each write goes into every one at the step's own position (transparent: reads "
             "see it), its value heads holding different words") in out
+
+
+NESTED = """\
+module inner (in a: u8, in b: u8, out y: u8) {
+    y = (a + b) ^ (a - b);
+}
+
+module outer (in a: u8, in b: u8, out y: u8) {
+    let s = inner(a, b);
+    let t = inner(s, a);
+    y = t + s;
+}
+
+circuit Nest {
+    token T(v: u8);
+    start T(v: 3);
+    ram m: u8[4];
+    m[tok.T.v[1:0]] <= tok.T.v + 1;
+    let r = m[tok.T.v[3:2]];
+    let o = outer(r, tok.T.v);
+    next = T(v: o);
+}
+"""
+
+
+def test_explain_an_instance_line(tmp_path):
+    """Issue 28, class 6: the line that instantiates a module answered "became no weights
+    ... no IR node is on it"; it reports the instance's total and its breakdown by the
+    module's own lines, an instance inside it counted on the line that makes it."""
+    src = tmp_path / "nest.hdl"
+    src.write_text(NESTED)
+    compile_to_dir(load_circuit(src), tmp_path / "chip")
+    chip = chip_json(tmp_path / "chip")
+    trace = ChipTrace(chip)
+    answer = trace.source(str(src), 17).splitlines()
+    total = sum(lay["neurons"] for lay in chip["layers"])
+    assert answer[0].startswith(f"{src}:17 became {total} MLP neurons in layers ")
+    assert answer[1].startswith(f"  instance 'outer$1' of module outer: {total} MLP neurons")
+    assert answer[1].endswith(", by its lines:")
+    by_line = {ln.split(":")[1].split(" ")[0]: ln for ln in answer[2:]}
+    assert sorted(by_line) == ["6", "7", "8"]
+    assert "(instance 'outer$1.inner$2' of inner)" in by_line["6"]
+    assert "(instance 'outer$1.inner$3' of inner)" in by_line["7"]
+    assert sum(int(ln.split(": ")[1].split(" ")[0]) for ln in answer[2:]) == total
+    inner = trace.source(str(src), 6).splitlines()
+    assert inner[1].startswith("  instance 'outer$1.inner$2' of module inner: ")
+    assert inner[2].startswith(f"    {src}:2: ")
+    # a chip.json written before instances were kept answers as before, without failing
+    for key in ("instances", "inst_of"):
+        del chip["circuit"][key]
+    assert ChipTrace(chip).source(str(src), 17).startswith(f"{src}:17 became no weights")

@@ -526,3 +526,44 @@ def test_a_name_declared_by_two_imports(tmp_path, monkeypatch):
         a.hdl:1:1: note: declared here
         b.hdl:2:1: note: and here
         """)
+
+
+def test_sources_and_images_past_their_size_limit(tmp_path, monkeypatch):
+    """Issue 28, class 3: a source, an imported source or a ROM image larger than its limit
+    (hdl.elab.files.MAX_SOURCE_BYTES; hdl.images.image_limit) is refused, located where it
+    is named, without being read in full. (The limits are made small here; the command line
+    on /dev/zero: tests/test_input_bounds.py.)"""
+    import hdl.elab.files
+    import hdl.images
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hdl.elab.files, "MAX_SOURCE_BYTES", 200)
+    monkeypatch.setattr(hdl.images, "IMAGE_SLACK", 16)
+    (tmp_path / "big.hdl").write_text("// " + "x" * 300 + "\n")
+    (tmp_path / "big.bin").write_bytes(bytes(21))
+    (tmp_path / "t.hdl").write_text('import "big.hdl";\ncircuit C { token A halt; next = A(); }\n')
+    with pytest.raises(CompileError) as info:
+        load_circuit("t.hdl")
+    assert str(info.value) == golden("""
+        t.hdl:1:1: error: 'big.hdl' is larger than 200 bytes, the limit for a .hdl source (the front end holds about 170 bytes of memory per source byte)
+        import "big.hdl";
+        ^
+        """)
+    (tmp_path / "r.hdl").write_text('circuit C { token A(v: u8) halt; rom b: u8[4] = "big.bin"; '
+                                    'next = A(v: b[0]); }\n')
+    with pytest.raises(CompileError) as info:
+        load_circuit("r.hdl")
+    assert str(info.value) == golden("""
+        r.hdl:1:49: error: ROM image 'big.bin' is larger than 20 bytes, the limit for a .bin image of u8[4] (4 words of 1 byte plus 16 bytes)
+        circuit C { token A(v: u8) halt; rom b: u8[4] = "big.bin"; next = A(v: b[0]); }
+                                                        ^
+        """)
+    with pytest.raises(CompileError) as info:
+        load_circuit("big.hdl")
+    assert str(info.value) == ("big.hdl: error: this file is larger than 200 bytes, the limit "
+                               "for a .hdl source (the front end holds about 170 bytes of memory "
+                               "per source byte)")
+    with pytest.raises(CompileError) as info:
+        load_source("// " + "é" * 100, "text.hdl")
+    assert str(info.value) == ("text.hdl: error: the source text is larger than 200 bytes, the "
+                               "limit for a .hdl source (the front end holds about 170 bytes of "
+                               "memory per source byte)")
