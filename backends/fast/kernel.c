@@ -15,19 +15,29 @@
 #include <string.h>
 
 #define DC_MAX_KINDS 4096
+#define DC_MAX_KC 64
 
 typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
+/* (the same triple as CSR: ptr over rows, idx the columns) */
 
 typedef struct {
     int kind;                   /* 0: Gated DeltaNet layer; 1: all-zero layer (identity) */
     int gdn;                    /* its recurrent-state index (kind 0) */
     const float *n1, *n2;       /* [H] input / post-attention norm scale per dim */
-    dc_csc ip;                  /* H -> P: conv channels [0,C), z [C,C+V), b [C+V,C+V+NV) */
+    dc_csc ip;                  /* H -> C: the conv channels, CSC */
+    dc_csc zb;                  /* z [0,V), b [V,V+NV) as CSR rows past the ballast */
     const int8_t *delay;        /* [C] which earlier position a channel's conv reads; -1 none */
     dc_csc op;                  /* V -> H (out_proj) */
     dc_csc gate, up;            /* H -> I */
     dc_csc down;                /* I -> H */
     const float *gw;            /* [DV] gated-norm weight */
+    /* the constant ballast dims' part (backends/fast/model.py, _defaults): each sum of a
+     * touched output starts from its bias; an untouched output is its default */
+    const float *ipb, *ipd;     /* [P]: conv channels [0,C), z [C,C+V), b [C+V,C+V+NV) */
+    const float *gb, *gd, *ub, *ud;   /* [I] */
+    const int32_t *cda; int ncda;     /* conv channels whose default is live */
+    const uint8_t *cdl;               /* [C]: 1 on those channels */
+    const int32_t *dg; int ndg;       /* neurons whose default gate is live */
 } dc_layer;
 
 typedef struct {
@@ -55,8 +65,14 @@ typedef struct {
     int err, err_layer;
     double err_val;
     float *S;                   /* [G][NV][DK][DV] */
-    float *hist;                /* [G][KC][C] */
-    int32_t *hnz, *hcnt;        /* [G][KC][C], [G][KC] */
+    int32_t *hnz, *hcnt;        /* [G][KC][C], [G][KC]: the channels touched at a slot */
+    uint8_t *hmk;               /* [G][KC][C]: touched there (else the channel's default) */
+    int32_t *duec, *duen;       /* [G][KC][C], [G][KC]: conv inputs due at a slot's position */
+    float *duev;                /* [G][KC][C]: their values */
+    int32_t *xl, *hl2;          /* [H]: the dims x may be nonzero on; those h was set on */
+    uint8_t *xm;                /* [H] */
+    int nxl, nhl;
+    int32_t *kcnt, *kidx, *qcnt, *qidx;           /* [NK], [NK], [NK], [NK][2] */
     float *x, *h;               /* [H] */
     int32_t *nz;                /* [H] */
     float *pr; int32_t *prt; uint8_t *prm;       /* [P] */
@@ -98,7 +114,8 @@ static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
 void dc_state_free(dc_state *s) {
     if (!s) return;
-    void *ps[] = {s->S, s->hist, s->hnz, s->hcnt, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
+    void *ps[] = {s->S, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+                  s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
@@ -110,9 +127,16 @@ dc_state *dc_state_new(const dc_model *m) {
     if (!s) return NULL;
     size_t P = (size_t)m->C + m->V + m->NV, G = m->G;
     s->S = zalloc(G * m->NV * m->DK * m->DV * sizeof(float));
-    s->hist = zalloc(G * m->KC * m->C * sizeof(float));
+    s->duec = zalloc(G * m->KC * m->C * sizeof(int32_t));
+    s->duen = zalloc(G * m->KC * sizeof(int32_t));
+    s->duev = zalloc(G * m->KC * m->C * sizeof(float));
+    s->xl = zalloc(m->H * sizeof(int32_t)); s->hl2 = zalloc(m->H * sizeof(int32_t));
+    s->xm = zalloc(m->H);
+    s->kcnt = zalloc(m->NK * sizeof(int32_t)); s->kidx = zalloc(m->NK * sizeof(int32_t));
+    s->qcnt = zalloc(m->NK * sizeof(int32_t)); s->qidx = zalloc(2 * m->NK * sizeof(int32_t));
     s->hnz = zalloc(G * m->KC * m->C * sizeof(int32_t));
     s->hcnt = zalloc(G * m->KC * sizeof(int32_t));
+    s->hmk = zalloc(G * m->KC * m->C);
     s->x = zalloc(m->H * sizeof(float)); s->h = zalloc(m->H * sizeof(float));
     s->nz = zalloc(m->H * sizeof(int32_t));
     s->pr = zalloc(P * sizeof(float)); s->prt = zalloc(P * sizeof(int32_t)); s->prm = zalloc(P);
@@ -125,7 +149,8 @@ dc_state *dc_state_new(const dc_model *m) {
     s->ga = zalloc(m->I * sizeof(float)); s->ua = zalloc(m->I * sizeof(float));
     s->gt = zalloc(m->I * sizeof(int32_t)); s->gm = zalloc(m->I);
     s->pv = zalloc(m->I * sizeof(float)); s->pt = zalloc(m->I * sizeof(int32_t));
-    void *ps[] = {s->S, s->hist, s->hnz, s->hcnt, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
+    void *ps[] = {s->S, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+                  s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
@@ -134,39 +159,45 @@ dc_state *dc_state_new(const dc_model *m) {
 }
 
 float *dc_state_S(dc_state *s) { return s->S; }
-float *dc_state_hist(dc_state *s) { return s->hist; }
 int64_t dc_state_pos(dc_state *s) { return s->pos; }
 int dc_state_err(dc_state *s, int *layer, double *val) {
     *layer = s->err_layer; *val = s->err_val; return s->err;
 }
 
-/* h = x * scale over the dims; nz = the nonzero dims of h. The pre-norm is that exact scale
- * only while the ballast dominates the mean square (checked). */
+/* h = x * scale over the dims; nz = the nonzero dims of h past the ballast (whose part
+ * every projection holds as a bias). The pre-norm is that exact scale only while the
+ * ballast dominates the mean square (checked). */
 static int norm(const dc_model *m, dc_state *s, const float *scale, int layer) {
     double rest = 0.0;
     int n = 0;
-    for (int i = 0; i < m->H; i++) {
+    for (int a = 0; a < s->nhl; a++) s->h[s->hl2[a]] = 0.0f;
+    s->nhl = 0;
+    for (int a = 0; a < s->nxl; a++) {
+        int i = s->xl[a];
         float v = s->x[i];
-        if (v == 0.0f) { s->h[i] = 0.0f; continue; }
+        if (v == 0.0f) continue;
         if (i >= m->NB) rest += (double)v * v;
         float hv = v * scale[i];
+        if (hv == 0.0f) continue;
         s->h[i] = hv;
-        if (hv != 0.0f) s->nz[n++] = i;
+        s->hl2[s->nhl++] = i;
+        if (i >= m->NB) s->nz[n++] = i;
     }
     if (rest * m->res_margin >= m->res_ballast) return -1 - fail(s, DC_E_NORM, layer, rest);
     return n;
 }
 
-/* out[idx] += val * h for the nonzero inputs; touched outputs listed once in t. */
-static int spmv(const dc_csc *w, const float *h, const int32_t *nz, int n, float *out,
-                int32_t *t, uint8_t *mark) {
+/* out[idx] += val * h for the nonzero inputs; touched outputs listed once in t, each sum
+ * starting from its bias (none: 0). */
+static int spmv(const dc_csc *w, const float *bias, const float *h, const int32_t *nz, int n,
+                float *out, int32_t *t, uint8_t *mark) {
     int nt = 0;
     for (int a = 0; a < n; a++) {
         int i = nz[a];
         float hv = h[i];
         for (int64_t e = w->ptr[i]; e < w->ptr[i + 1]; e++) {
             int o = w->idx[e];
-            if (!mark[o]) { mark[o] = 1; t[nt++] = o; out[o] = 0.0f; }
+            if (!mark[o]) { mark[o] = 1; t[nt++] = o; out[o] = bias ? bias[o] : 0.0f; }
             out[o] += w->val[e] * hv;
         }
     }
@@ -180,70 +211,105 @@ static void residual_add(const dc_model *m, dc_state *s, int nt) {
         s->am[o] = 0;
         float d = RD(m, s->acc[o]);
         s->x[o] = RD(m, s->x[o] + d);
+        if (!s->xm[o]) { s->xm[o] = 1; s->xl[s->nxl++] = o; }
     }
+}
+
+/* silu of conv channel c's input `src` into the conv outputs; a query or key channel that
+ * stays nonzero is noted on its key head, a value channel marks its head. Returns 0, or an
+ * error code. */
+static int conv_out(const dc_model *m, dc_state *s, int li, int c, float src, int *nco, int *nh) {
+    const int DK = m->DK, QK = m->NK * DK;
+    float v;
+    if (!silu_exact(m, src, &v)) return fail(s, DC_E_SILU, li, src);
+    if (v == 0.0f) return 0;
+    s->com[c] = 1; s->cot[(*nco)++] = c;
+    s->co[c] = v;
+    int head, hi;
+    if (c < 2 * QK) {
+        int kh = (c % QK) / DK;
+        if (c < QK) { if (s->qcnt[kh] < 2) s->qidx[2 * kh + s->qcnt[kh]] = c % DK; s->qcnt[kh]++; }
+        else { s->kidx[kh] = c % DK; s->kcnt[kh]++; }
+        head = kh * m->VPK; hi = head + m->VPK;
+    } else {
+        head = (c - 2 * QK) / m->DV; hi = head + 1;
+    }
+    for (int hh = head; hh < hi; hh++)
+        if (!s->hm[hh]) { s->hm[hh] = 1; s->hl[(*nh)++] = hh; }
+    return 0;
+}
+
+/* z or b projection output o (an index past the conv channels), rounded: its row over the
+ * residual's dims past the ballast, from the ballast's part. */
+static float zb_out(const dc_model *m, const dc_state *s, const dc_layer *ly, int o) {
+    float acc = ly->ipb[m->C + o];
+    for (int64_t e = ly->zb.ptr[o]; e < ly->zb.ptr[o + 1]; e++)
+        acc += ly->zb.val[e] * s->h[ly->zb.idx[e]];
+    return RD(m, acc);
 }
 
 static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int nn) {
     const int C = m->C, V = m->V, DK = m->DK, DV = m->DV, KC = m->KC;
-    /* projections, rounded as Linear outputs */
-    int np = spmv(&ly->ip, s->h, s->nz, nn, s->pr, s->prt, s->prm);
-    for (int a = 0; a < np; a++) s->pr[s->prt[a]] = RD(m, s->pr[s->prt[a]]);
-    /* conv history: this position's channels into slot pos % KC */
+    /* conv channel inputs, rounded as Linear outputs; an untouched one is its default */
+    int np = spmv(&ly->ip, ly->ipb, s->h, s->nz, nn, s->pr, s->prt, s->prm);
+    /* each touched channel goes to the slot of the position its tap reads it at; the slot
+     * of this position remembers which channels were touched (the others read defaults) */
     int slot = (int)(s->pos % KC);
-    float *hist = s->hist + (size_t)ly->gdn * KC * C;
-    int32_t *hnz = s->hnz + (size_t)ly->gdn * KC * C, *hcnt = s->hcnt + (size_t)ly->gdn * KC;
-    float *hs = hist + (size_t)slot * C;
+    size_t base = (size_t)ly->gdn * KC * C;
+    int32_t *hnz = s->hnz + base, *hcnt = s->hcnt + (size_t)ly->gdn * KC;
+    int32_t *duec = s->duec + base, *duen = s->duen + (size_t)ly->gdn * KC;
+    float *duev = s->duev + base;
+    uint8_t *hmk = s->hmk + base;
     int32_t *hz = hnz + (size_t)slot * C;
-    for (int a = 0; a < hcnt[slot]; a++) hs[hz[a]] = 0.0f;
-    int hc = 0;
+    uint8_t *hk = hmk + (size_t)slot * C;
+    for (int a = 0; a < hcnt[slot]; a++) hk[hz[a]] = 0;
+    /* a value whose silu is a known zero is not stored (read, it would add nothing); the
+     * touched mark matters only where the default is live */
+    int hc = 0, dsl[DC_MAX_KC];
+    for (int d = 0; d < KC; d++) dsl[d] = (slot + d) % KC;
     for (int a = 0; a < np; a++) {
-        int o = s->prt[a];
-        if (o < C && s->pr[o] != 0.0f) { hs[o] = s->pr[o]; hz[hc++] = o; }
+        int o = s->prt[a], d = ly->delay[o];
+        s->prm[o] = 0;
+        if (d < 0) continue;
+        if (ly->cdl[o]) { hk[o] = 1; hz[hc++] = o; }
+        float v = RD(m, s->pr[o]);
+        if (v == 0.0f || v <= -89.0f) continue;
+        int ds = dsl[d];
+        duec[(size_t)ds * C + duen[ds]] = o;
+        duev[(size_t)ds * C + duen[ds]++] = v;
     }
     hcnt[slot] = hc;
-    /* conv outputs (one tap of weight 1) through silu, and the heads they reach */
+    /* conv outputs (one tap of weight 1) through silu: the channels due now, then the live
+     * defaults untouched at the position their tap reads (before the first position a tap
+     * reads 0) */
     int nco = 0, nh = 0;
-    for (int d = 0; d < KC && d <= s->pos; d++) {
-        int sl = (int)((s->pos - d) % KC);
-        const float *src = hist + (size_t)sl * C;
-        const int32_t *lst = hnz + (size_t)sl * C;
-        for (int a = 0; a < hcnt[sl]; a++) {
-            int c = lst[a];
-            if (ly->delay[c] != d) continue;
-            float v;
-            if (!silu_exact(m, src[c], &v)) return fail(s, DC_E_SILU, li, src[c]);
-            if (v == 0.0f) continue;
-            if (!s->com[c]) { s->com[c] = 1; s->cot[nco++] = c; }
-            s->co[c] = v;
-            int head;
-            if (c < m->NK * DK) head = (c / DK) * m->VPK;
-            else if (c < 2 * m->NK * DK) head = ((c - m->NK * DK) / DK) * m->VPK;
-            else head = (c - 2 * m->NK * DK) / DV;
-            int hi = c < 2 * m->NK * DK ? head + m->VPK : head + 1;
-            for (int hh = head; hh < hi; hh++)
-                if (!s->hm[hh]) { s->hm[hh] = 1; s->hl[nh++] = hh; }
-        }
+    for (int a = 0; a < duen[slot]; a++)
+        if (conv_out(m, s, li, duec[(size_t)slot * C + a], duev[(size_t)slot * C + a], &nco, &nh))
+            return s->err;
+    duen[slot] = 0;
+    for (int a = 0; a < ly->ncda; a++) {
+        int c = ly->cda[a], d = ly->delay[c];
+        if (d > s->pos || hmk[(size_t)((s->pos - d) % KC) * C + c]) continue;
+        if (conv_out(m, s, li, c, ly->ipd[c], &nco, &nh)) return s->err;
     }
     int ny = 0;
-    const float *qb = s->co, *kb = s->co + m->NK * DK, *vb = s->co + 2 * m->NK * DK;
+    const float *qb = s->co, *vb = s->co + 2 * m->NK * DK;
     for (int a = 0; a < nh; a++) {
         int hh = s->hl[a], kh = hh / m->VPK;
         s->hm[hh] = 0;
-        const float *q = qb + (size_t)kh * DK, *k = kb + (size_t)kh * DK, *v = vb + (size_t)hh * DV;
+        const float *v = vb + (size_t)hh * DV;
+        const uint8_t *vm = s->com + 2 * m->NK * DK + (size_t)hh * DV;
         float *S = s->S + (((size_t)ly->gdn * m->NV + hh) * DK) * DV;
         /* key: one nonzero (a row store) or none (no write) */
-        int ka = -1, nk = 0, qi[2] = {-1, -1}, nq = 0;
-        for (int j = 0; j < DK; j++) {
-            if (s->com[kh * DK + j + m->NK * DK] && k[j] != 0.0f) { ka = j; nk++; }
-            if (s->com[kh * DK + j] && q[j] != 0.0f) { if (nq < 2) qi[nq] = j; nq++; }
-        }
+        int nk = s->kcnt[kh], nq = s->qcnt[kh];
         if (nk > 1) return fail(s, DC_E_KEY, li, nk);
         if (nq > 2) return fail(s, DC_E_QUERY, li, nq);
         if (nk == 1) {
             /* l2norm(k) in fp32, then the delta rule on row ka with beta */
-            float kv = k[ka];
+            int ka = s->kidx[kh];
+            float kv = s->co[m->NK * DK + kh * DK + ka];
             float kn = kv * (1.0f / sqrtf(kv * kv + 1e-6f));
-            float b = s->pr[C + V + hh];
+            float b = zb_out(m, s, ly, V + hh);
             float beta;
             if (b >= 17.0f) beta = 1.0f;
             else if (b <= -104.0f) beta = 0.0f;
@@ -251,7 +317,7 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
             else return fail(s, DC_E_BETA, li, b);
             float *row = S + (size_t)ka * DV;
             for (int j = 0; j < DV; j++) {
-                float vj = s->com[2 * m->NK * DK + hh * DV + j] ? v[j] : 0.0f;
+                float vj = vm[j] ? v[j] : 0.0f;
                 float kvm = row[j] * kn;
                 float delta = (vj - kvm) * beta;
                 row[j] = row[j] + kn * delta;
@@ -259,6 +325,8 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         }
         if (nq == 0) continue;
         /* the query: l2norm in fp32, divided by sqrt(d_k); the read sums rows in order */
+        const int *qi = s->qidx + 2 * kh;
+        const float *q = qb + (size_t)kh * DK;
         float ss = 0.0f;
         for (int t = 0; t < nq; t++) ss += q[qi[t]] * q[qi[t]];
         float inv = 1.0f / sqrtf(ss + 1e-6f);
@@ -277,12 +345,11 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         for (int j = m->NBV; j < DV; j++) rest += (double)o[j] * o[j];
         if (rest != 0.0 && rest * m->gn_margin >= (double)sb) return fail(s, DC_E_GNORM, li, rest);
         float r = 1.0f / sqrtf(sb / (float)DV + 1e-6f);
-        const float *z = s->pr + C + (size_t)hh * DV;
         for (int j = 0; j < DV; j++) {
             if (o[j] == 0.0f) continue;
             float yj = RD(m, o[j] * r);
             yj = RD(m, ly->gw[j] * yj);
-            float zz = s->prm[C + hh * DV + j] ? z[j] : 0.0f, sz;
+            float zz = zb_out(m, s, ly, hh * DV + j), sz;
             if (!silu_exact(m, zz, &sz)) return fail(s, DC_E_SILU, li, zz);
             yj = RD(m, yj * sz);
             if (yj == 0.0f) continue;
@@ -290,40 +357,46 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
             s->yt[ny++] = hh * DV + j;
         }
     }
+    for (int a = 0; a < nh; a++) {
+        int kh = s->hl[a] / m->VPK;
+        s->kcnt[kh] = 0; s->qcnt[kh] = 0;
+    }
     for (int a = 0; a < nco; a++) s->com[s->cot[a]] = 0;
-    for (int a = 0; a < np; a++) s->prm[s->prt[a]] = 0;
     /* out_proj over the nonzero outputs, then the residual add */
-    int nt = spmv(&ly->op, s->y, s->yt, ny, s->acc, s->at, s->am);
+    int nt = spmv(&ly->op, NULL, s->y, s->yt, ny, s->acc, s->at, s->am);
     residual_add(m, s, nt);
     return 0;
 }
 
 static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int nn) {
-    /* gate over the nonzero inputs; silu (exact domain) picks the active neurons */
-    int ng = spmv(&ly->gate, s->h, s->nz, nn, s->ga, s->gt, s->gm);
+    /* gate over the nonzero inputs, then the live defaults untouched; silu (exact domain)
+     * picks the active neurons */
+    int ng = spmv(&ly->gate, ly->gb, s->h, s->nz, nn, s->ga, s->gt, s->gm);
     int np = 0;
-    for (int a = 0; a < ng; a++) {
-        int o = s->gt[a];
-        s->gm[o] = 0;
-        float g = RD(m, s->ga[o]), act;
+    for (int a = 0; a < ng + ly->ndg; a++) {
+        int o;
+        float g, act;
+        if (a < ng) { o = s->gt[a]; g = RD(m, s->ga[o]); }
+        else { o = ly->dg[a - ng]; if (s->gm[o]) continue; g = ly->gd[o]; }
         if (!silu_exact(m, g, &act)) return fail(s, DC_E_SILU, li, g);
         if (act == 0.0f) continue;
         s->pt[np++] = o;
         s->pv[o] = act;
     }
-    /* up over the nonzero inputs (a neuron it never touches reads 0) */
-    int nu = spmv(&ly->up, s->h, s->nz, nn, s->ua, s->gt, s->gm);
+    for (int a = 0; a < ng; a++) s->gm[s->gt[a]] = 0;
+    /* up over the nonzero inputs (an untouched neuron reads its default) */
+    int nu = spmv(&ly->up, ly->ub, s->h, s->nz, nn, s->ua, s->gt, s->gm);
     int n = 0;
     for (int a = 0; a < np; a++) {
         int o = s->pt[a];
-        float u = s->gm[o] ? RD(m, s->ua[o]) : 0.0f;
+        float u = s->gm[o] ? RD(m, s->ua[o]) : ly->ud[o];
         float p = RD(m, s->pv[o] * u);
         if (p == 0.0f) continue;
         s->pv[o] = p;
         s->pt[n++] = o;
     }
     for (int a = 0; a < nu; a++) s->gm[s->gt[a]] = 0;
-    int nt = spmv(&ly->down, s->pv, s->pt, n, s->acc, s->at, s->am);
+    int nt = spmv(&ly->down, NULL, s->pv, s->pt, n, s->acc, s->at, s->am);
     residual_add(m, s, nt);
     return 0;
 }
@@ -372,8 +445,13 @@ static int64_t argmax(const dc_model *m, dc_state *s) {
 int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps) {
     if (s->err) return -1;
     if (id < 0 || id >= m->vocab) { fail(s, DC_E_TOKEN, -1, (double)id); return -1; }
-    memset(s->x, 0, m->H * sizeof(float));
-    for (int64_t e = m->e_ptr[id]; e < m->e_ptr[id + 1]; e++) s->x[m->e_col[e]] = m->e_val[e];
+    for (int a = 0; a < s->nxl; a++) { s->x[s->xl[a]] = 0.0f; s->xm[s->xl[a]] = 0; }
+    s->nxl = 0;
+    for (int64_t e = m->e_ptr[id]; e < m->e_ptr[id + 1]; e++) {
+        int i = m->e_col[e];
+        s->x[i] = m->e_val[e];
+        if (!s->xm[i]) { s->xm[i] = 1; s->xl[s->nxl++] = i; }
+    }
     for (int li = 0; li < m->L; li++) {
         const dc_layer *ly = &m->layers[li];
         if (ly->kind == 0) {

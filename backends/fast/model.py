@@ -32,6 +32,8 @@ from backends.fast.weights import Tensors, sparse_rows
 
 #: The largest value-head width the kernel's per-head buffer holds.
 MAX_DV = 512
+#: The longest conv kernel the kernel's slot table holds.
+MAX_KC = 64
 #: How many token kinds the kernel's argmax holds.
 MAX_KINDS = 4096
 #: A pre-norm is exact while the rest of the residual's mean square is below the ballast's
@@ -64,19 +66,52 @@ class Csc:
         return len(self.val)
 
 
+#: A weight's nonzeros as CSR: (row pointers, columns, values).
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _stack(parts: list[Rows]) -> Rows:
+    """The rows of ``parts`` one after another."""
+    ptr = [parts[0][0]]
+    for p in parts[1:]:
+        ptr.append(p[0][1:] + ptr[-1][-1])
+    return (np.concatenate(ptr), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]))
+
+
+def _past(rows: Rows, nb: int) -> Rows:
+    """``rows`` without their entries in columns < ``nb``."""
+    ptr, col, val = rows
+    keep = col >= nb
+    r = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    n = np.zeros(len(ptr), dtype=np.int64)
+    np.cumsum(np.bincount(r[keep], minlength=len(ptr) - 1), out=n[1:])
+    return n, np.ascontiguousarray(col[keep]), np.ascontiguousarray(val[keep])
+
+
 @dataclass
 class Layer:
     kind: int                       # 0: Gated DeltaNet; 1: all-zero (identity)
     gdn: int = -1
     n1: np.ndarray | None = None
     n2: np.ndarray | None = None
-    ip: Csc | None = None
+    ip: Csc | None = None               # the conv channels' rows of in_proj_qkv
+    zb: Rows | None = None              # in_proj_z's and in_proj_b's rows past the ballast
     delay: np.ndarray | None = None
     op: Csc | None = None
     gate: Csc | None = None
     up: Csc | None = None
     down: Csc | None = None
     gw: np.ndarray | None = None
+    # what the constant ballast dims contribute (see :func:`_defaults`)
+    ipb: np.ndarray | None = None
+    ipd: np.ndarray | None = None
+    cda: np.ndarray | None = None
+    gb: np.ndarray | None = None
+    gd: np.ndarray | None = None
+    dg: np.ndarray | None = None
+    ub: np.ndarray | None = None
+    ud: np.ndarray | None = None
 
 
 @dataclass
@@ -158,6 +193,8 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
     NB, NBV = int(num["n_b"]), int(num["n_bv"])
     if dv > MAX_DV or dv & (dv - 1) or nv % nk:
         raise _refuse(path, f"value heads of {dv} columns, {nv} per {nk} key heads")
+    if kc > MAX_KC:
+        raise _refuse(path, f"a conv kernel of {kc} taps (at most {MAX_KC})")
 
     # ---- embedding: CSR rows; the ballast dims hold one constant on every row ----------
     say("embedding")
@@ -221,10 +258,7 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
                                 f"tap other than 1")
         delay = np.where(taps == 1, kc - 1 - np.argmax(conv != 0, axis=1), -1).astype(np.int8)
         parts = [csr(la + n) for n in ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight")]
-        ptr = np.concatenate([parts[0][0]] + [p[0][1:] + sum(q[0][-1] for q in parts[:i])
-                                              for i, p in enumerate(parts) if i])
-        ip = Csc.from_csr(ptr, np.concatenate([p[1] for p in parts]),
-                          np.concatenate([p[2] for p in parts]), H)
+        gate, up = csr(pre + "mlp.gate_proj.weight"), csr(pre + "mlp.up_proj.weight")
         opr = csr(la + "out_proj.weight")
         no_ballast_writes(la + "out_proj.weight", opr[0])
         dn = csr(pre + "mlp.down_proj.weight")
@@ -233,11 +267,12 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
         ly = Layer(kind=0, gdn=sum(1 for x in layers if x.kind == 0),
                    n1=norm_scale(pre + "input_layernorm.weight"),
                    n2=norm_scale(pre + "post_attention_layernorm.weight"),
-                   ip=ip, delay=delay, op=Csc.from_csr(*opr, V),
-                   gate=Csc.from_csr(*csr(pre + "mlp.gate_proj.weight"), H),
-                   up=Csc.from_csr(*csr(pre + "mlp.up_proj.weight"), H),
+                   ip=Csc.from_csr(*parts[0], H), zb=_past(_stack(parts[1:]), NB),
+                   delay=delay, op=Csc.from_csr(*opr, V),
+                   gate=Csc.from_csr(*gate, H), up=Csc.from_csr(*up, H),
                    down=Csc.from_csr(*dn, I), gw=gw)
-        nonzero += sum(c.nnz for c in (ly.ip, ly.op, ly.gate, ly.up, ly.down))
+        _defaults(ly, _stack(parts), gate, up, B, NB, C, dt, path, pre)
+        nonzero += sum(c.nnz for c in (ly.ip, ly.op, ly.gate, ly.up, ly.down)) + len(ly.zb[2])
         layers.append(ly)
     nf = norm_scale("model.norm.weight")
 
@@ -250,6 +285,56 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
                      res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
                      qdiv=float(np.float32(dk ** 0.5)), layers=layers, nf=nf,
                      embed=(e_ptr, e_col, e_val), kinds=kinds, lm=lm, nonzero=nonzero)
+
+
+def _round(a: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded to the model dtype (bf16: round to nearest even, as torch)."""
+    if dtype != "bf16":
+        return a.astype(np.float32)
+    import torch
+    return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).float().numpy()
+
+
+def _bias(rows: Rows, scale: np.ndarray, B: np.ndarray, NB: int, what: str,
+          path: Path) -> np.ndarray:
+    """What the ballast inputs (dims < NB, the constant ``B`` times the pre-norm ``scale``,
+    both fp32 as the kernel multiplies them) add to every row of a weight: exact in fp32
+    (checked), so the kernel may start each touched output's sum from it."""
+    ptr, col, val = rows
+    h = (B.astype(np.float32) * scale[:NB]).astype(np.float64)
+    out = np.zeros(len(ptr) - 1, dtype=np.float64)
+    r = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    sel = col < NB
+    np.add.at(out, r[sel], val[sel].astype(np.float64) * h[col[sel]])
+    if np.any(out.astype(np.float32).astype(np.float64) != out):
+        raise _refuse(path, f"{what}: the ballast's contribution is not exact in fp32")
+    return out.astype(np.float32)
+
+
+def _live_default(d: np.ndarray) -> np.ndarray:
+    """Where a default pre-activation is not one whose silu is a known zero (0, or below
+    -89 where exp(-x) overflows): the kernel reads those outputs on every token."""
+    return (d != 0) & ~(d <= -89.0)
+
+
+def _defaults(ly: Layer, ip: Rows, gate: Rows, up: Rows, B: np.ndarray, NB: int, C: int,
+              dtype: str, path: Path, pre: str) -> None:
+    """The layer's ballast contributions and the values of untouched outputs.
+
+    On every token the ballast dims hold the same values, so each projection's ballast
+    columns add a constant: ``ipb``/``gb``/``ub`` (fp32 sums, exact), from which the kernel
+    starts the sum of an output the token's other dims touch, and ``ipd``/``gd``/``ud``
+    (rounded), the value of one they do not. ``cda``: conv channels with a tap whose
+    default is not a known zero after silu; ``dg``: MLP neurons whose default gate is not a
+    known zero — the kernel visits both lists on every token, everything else only when
+    touched."""
+    ly.ipb = _bias(ip, ly.n1, B, NB, pre + "linear_attn.in_proj_*", path)
+    ly.ipd = _round(ly.ipb, dtype)
+    ly.cda = np.flatnonzero((ly.delay >= 0) & _live_default(ly.ipd[:C])).astype(np.int32)
+    ly.gb = _bias(gate, ly.n2, B, NB, pre + "mlp.gate_proj", path)
+    ly.ub = _bias(up, ly.n2, B, NB, pre + "mlp.up_proj", path)
+    ly.gd, ly.ud = _round(ly.gb, dtype), _round(ly.ub, dtype)
+    ly.dg = np.flatnonzero(_live_default(ly.gd)).astype(np.int32)
 
 
 def _kinds(chip: dict[str, Any], vocab: int, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

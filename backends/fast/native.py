@@ -30,8 +30,10 @@ CFLAGS = ("-O2", "-ffp-contract=off", "-fno-fast-math")
 CDEF = """
 typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
 typedef struct {
-    int kind; int gdn; const float *n1, *n2; dc_csc ip; const int8_t *delay; dc_csc op;
+    int kind; int gdn; const float *n1, *n2; dc_csc ip; dc_csc zb; const int8_t *delay; dc_csc op;
     dc_csc gate, up; dc_csc down; const float *gw;
+    const float *ipb, *ipd; const float *gb, *gd, *ub, *ud;
+    const int32_t *cda; int ncda; const uint8_t *cdl; const int32_t *dg; int ndg;
 } dc_layer;
 typedef struct {
     int H, L, G, C, V, NV, NK, DK, DV, VPK, KC, I, NB, NBV, bf16;
@@ -45,7 +47,6 @@ typedef struct dc_state dc_state;
 dc_state *dc_state_new(const dc_model *m);
 void dc_state_free(dc_state *s);
 float *dc_state_S(dc_state *s);
-float *dc_state_hist(dc_state *s);
 int64_t dc_state_pos(dc_state *s);
 int dc_state_err(dc_state *s, int *layer, double *val);
 int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps);
@@ -128,8 +129,17 @@ class Native:
         dst.n1, dst.n2 = self._ptr(ly.n1, "float"), self._ptr(ly.n2, "float")
         for name in ("ip", "op", "gate", "up", "down"):
             self._csc(getattr(dst, name), getattr(ly, name))
+        dst.zb.ptr, dst.zb.idx, dst.zb.val = (self._ptr(a, t) for a, t in
+                                              zip(ly.zb, ("int64_t", "int32_t", "float")))
         dst.delay = self._ptr(ly.delay, "int8_t")
         dst.gw = self._ptr(ly.gw, "float")
+        for name in ("ipb", "ipd", "gb", "gd", "ub", "ud"):
+            setattr(dst, name, self._ptr(getattr(ly, name), "float"))
+        dst.cda, dst.ncda = self._ptr(ly.cda, "int32_t"), len(ly.cda)
+        live = np.zeros(len(ly.delay), dtype=np.uint8)
+        live[ly.cda] = 1
+        dst.cdl = self._ptr(live, "uint8_t")
+        dst.dg, dst.ndg = self._ptr(ly.dg, "int32_t"), len(ly.dg)
 
     # ---- streams -------------------------------------------------------------------------
     def new_state(self) -> Any:

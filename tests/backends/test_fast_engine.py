@@ -135,3 +135,30 @@ def test_a_value_outside_the_exact_domain_stops_the_stream(compiled, tmp_path):
     from backends.fast.native import FastError
     with pytest.raises(FastError, match=r"layer 0: a silu input outside"):
         check_engine(eng, steps=12)
+
+
+def test_rows_helpers_and_ballast_constants(tmp_path):
+    """The CSR helpers the kernel's per-output constants are built from, and the refusal of
+    a ballast contribution that fp32 cannot hold exactly."""
+    import numpy as np
+    from backends.fast import model as fm
+    a = (np.array([0, 2, 2, 3]), np.array([0, 5, 1], dtype=np.int32),
+         np.array([1.0, 2.0, 3.0], dtype=np.float32))
+    b = (np.array([0, 1]), np.array([4], dtype=np.int32), np.array([4.0], dtype=np.float32))
+    ptr, col, val = fm._stack([a, b])
+    assert ptr.tolist() == [0, 2, 2, 3, 4] and col.tolist() == [0, 5, 1, 4]
+    ptr, col, val = fm._past((ptr, col, val), 2)
+    assert ptr.tolist() == [0, 1, 1, 1, 2] and col.tolist() == [5, 4]
+    assert val.tolist() == [2.0, 4.0]
+    # the ballast (dims 0, 1) holds 1.0 and 2**24 after the norm: row 0 sums 1 + 2**24,
+    # which fp32 cannot hold, row 1 sums 2**24 exactly
+    rows = (np.array([0, 2, 3]), np.array([0, 1, 1], dtype=np.int32),
+            np.array([1.0, 1.0, 1.0], dtype=np.float32))
+    scale = np.ones(4, dtype=np.float32)
+    B = np.array([1.0, 2.0 ** 24])
+    with pytest.raises(FastRefused, match="not exact in fp32"):
+        fm._bias(rows, scale, B, 2, "w", tmp_path)
+    ok = (rows[0][1:] - 2, rows[1][2:], rows[2][2:])
+    assert fm._bias(ok, scale, B, 2, "w", tmp_path).tolist() == [2.0 ** 24]
+    assert fm._live_default(np.array([0.0, -89.0, -100.0, -5.0, 3.0])).tolist() == \
+        [False, False, False, True, True]
