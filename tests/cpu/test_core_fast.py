@@ -6,7 +6,8 @@ first positions of product (every residual dim after every sublayer, the next to
 memory); fast = sim teacher-forced over the ISA suite and the shipped firmware below the
 long ones (every position's next token, every memory after every 2,048 positions, every
 designed lane on the short ones); ``deltachip run --engine fast`` on calc equals ``ref``.
-Slow: the long programs (sieve and the rest) and the qwen3.5-4b shapes.
+Slow: the long programs (sieve and the rest); at qwen3.5-4b shapes fast = hf on product's
+first 64 positions and fast = sim on the ISA suite and the short firmware.
 """
 from __future__ import annotations
 
@@ -94,3 +95,30 @@ def test_fast_run_stops_at_the_budget_and_goes_on(firmware_elf):
 def test_fast_runs_long_firmware(fast, name, firmware_elf):
     elf = firmware_elf(name)
     check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=0)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_4b():
+    return compiled_core(FULL, "qwen3.5-4b", "bf16")
+
+
+@pytest.mark.slow
+def test_fast_equals_hf_at_qwen35_4b_shapes(checkpoint_4b, firmware_elf):
+    """The first 64 positions of product at qwen3.5-4b shapes through both engines."""
+    image = load_program(firmware_elf("product"), None)
+    fast = load_engine("fast", checkpoint_4b, roms=image.images)
+    hf = load_engine("hf", checkpoint_4b, roms=image.images)
+    rep = compare_engines(fast, hf, steps=64, starts=[image.start], mem_every=8)
+    assert rep.ok, "\n".join(rep.problems())
+    assert rep.positions == 65 and rep.memory_checks >= 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ISA_TESTS + FIRMWARE)
+def test_fast_runs_programs_at_qwen35_4b_shapes(checkpoint_4b, name, firmware_elf, tmp_path):
+    fast = load_engine("fast", checkpoint_4b)
+    if name in FIRMWARE:
+        elf = firmware_elf(name)
+    else:
+        elf = toolchain.build([toolchain.ISA_TESTS_DIR / f"{name}.S"], tmp_path / f"{name}.elf")
+    check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=3000)
