@@ -18,6 +18,9 @@ The compiled core (``hf``) is cached per (core source hash, sizes, target, dtype
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -181,8 +184,18 @@ def compiled_core_path(sizes: CoreSizes = FULL, target: str = "compact",
 
 
 def _entry_suffix(sizes: CoreSizes, target: str, dtype: str) -> str:
-    """The part of a cache entry's name after ``rv32-HASH-``: sizes, target, dtype."""
-    tname = Path(target).name if os.sep in target or target.endswith(".json") else target
+    """The part of a cache entry's name after ``rv32-HASH-``: sizes, target, dtype. A target
+    read from a config file is named by its file's stem and a digest of the shapes it gives
+    (every field of :class:`backends.target.Target` but its name), so two configs that
+    share a file name, or one named like a built-in target, never share an entry."""
+    from backends.target import get_target
+    t = get_target(target)
+    if target in (t.name, "qwen3_5-4b", "4b") and not Path(target).is_file():
+        tname = t.name
+    else:
+        fields = {k: v for k, v in dataclasses.asdict(t).items() if k != "name"}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+        tname = f"{Path(target).stem}-{digest}"
     return f"{sizes.name}-{tname}-{dtype}"
 
 
