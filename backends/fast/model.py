@@ -272,7 +272,7 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
                    gate=Csc.from_csr(*gate, H), up=Csc.from_csr(*up, H),
                    down=Csc.from_csr(*dn, I), gw=gw)
         _defaults(ly, _stack(parts), gate, up, B, NB, C, dt, path, pre)
-        nonzero += sum(c.nnz for c in (ly.ip, ly.op, ly.gate, ly.up, ly.down)) + len(ly.zb[2])
+        nonzero += sum(c.nnz for c in (ly.op, ly.gate, ly.up, ly.down)) + sum(len(p[2]) for p in parts)
         layers.append(ly)
     nf = norm_scale("model.norm.weight")
 

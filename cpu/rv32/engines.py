@@ -188,9 +188,9 @@ def _entry_suffix(sizes: CoreSizes, target: str, dtype: str) -> str:
     read from a config file is named by its file's stem and a digest of the shapes it gives
     (every field of :class:`backends.target.Target` but its name), so two configs that
     share a file name, or one named like a built-in target, never share an entry."""
-    from backends.target import get_target
+    from backends.target import COMPACT, QWEN35_4B, get_target
     t = get_target(target)
-    if target in (t.name, "qwen3_5-4b", "4b") and not Path(target).is_file():
+    if t is COMPACT or t is QWEN35_4B:          # a built-in name (get_target reads no file)
         tname = t.name
     else:
         fields = {k: v for k, v in dataclasses.asdict(t).items() if k != "name"}
