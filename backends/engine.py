@@ -97,18 +97,38 @@ class ChipEngine:
         return self.circuit.token_from_id(tid)
 
     # ---- state ---------------------------------------------------------------------------
-    def rom_states(self, roms: dict[str, list[int]]) -> dict[int, dict[int, torch.Tensor]]:
+    def rom_states(self, roms: dict[str, list[int]], memo: dict[Any, Any] | None = None
+                   ) -> dict[int, dict[int, torch.Tensor]]:
         """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image in
-        ``roms``, and every paired RAM (its rows hold the ballast from the start)."""
+        ``roms``, and every paired RAM (its rows hold the ballast from the start). ``memo``
+        (a dict kept across calls) computes each distinct (memory, image) once: streams of
+        one program with different inputs share all but the input's memory."""
         from backends.emit import rom_state
         prog = _ProgView(self.chip)
         out: dict[int, dict[int, torch.Tensor]] = {}
         for name, m in self.chip["memories"].items():
             words = roms.get(name, [])
             if any(words) or m.get("pair"):
-                for (layer, vh), st in rom_state(prog, _NumView(self.num), name, words).items():
+                key = (name, tuple(words))
+                states = memo.get(key) if memo is not None else None
+                if states is None:
+                    states = rom_state(prog, _NumView(self.num), name, words)
+                    if memo is not None:
+                        memo[key] = states
+                for (layer, vh), st in states.items():
                     out.setdefault(layer, {})[vh] = st
         return out
+
+    def row_states(self, batch: int, roms: Sequence[dict[str, list[int]]] | None
+                   ) -> list[dict[int, dict[int, torch.Tensor]]]:
+        """The preloaded states of ``batch`` rows: the engine's images in every row, or row
+        b's own ``roms[b]`` over the engine's (see :meth:`new_cache`)."""
+        if roms is None:
+            return [self.rom_states(self.roms)] * batch
+        if len(roms) != batch:
+            raise ValueError(f"{len(roms)} memory images for batch {batch}")
+        memo: dict[Any, Any] = {}
+        return [self.rom_states({**self.roms, **r}, memo) for r in roms]
 
     def read_memories(self, cache: DynamicCache, row: int = 0) -> dict[str, list[int | None]]:
         """Every memory's words from the recurrent state of batch row ``row`` (read port 0's

@@ -70,14 +70,11 @@ class HFEngine(ChipEngine):
         """A cache whose every layer is 'started' (recurrent kernel from the first token)
         with memory images preloaded: the engine's images in every batch row, or row b's
         own ``roms[b]`` (over the engine's) when ``roms`` is given, one dict per row."""
-        if roms is not None and len(roms) != batch:
-            raise ValueError(f"{len(roms)} memory images for batch {batch}")
         cfg = self.config
         cache = DynamicCache(config=cfg)
         nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
         conv_dim = 2 * cfg.linear_num_key_heads * dk + nv * dv
-        rows = ([self.rom_states(self.roms)] * batch if roms is None else
-                [self.rom_states({**self.roms, **r}) for r in roms])
+        rows = self.row_states(batch, roms)
         for li, kind in enumerate(cfg.layer_types):
             if kind != "linear_attention":
                 continue

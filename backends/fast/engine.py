@@ -64,14 +64,10 @@ class FastEngine(ChipEngine):
                   roms: Sequence[dict[str, list[int]]] | None = None) -> FastCache:
         """``batch`` streams with the engine's ROM images preloaded (row b's own ``roms[b]``
         over the engine's, when given)."""
-        if roms is not None and len(roms) != batch:
-            raise ValueError(f"{len(roms)} memory images for batch {batch}")
-        shared = self.rom_states(self.roms) if roms is None else None
         states = []
-        for b in range(batch):
+        for rows in self.row_states(batch, roms):
             st = self.native.new_state()
             rec = self.native.recurrent(st)
-            rows = shared if roms is None else self.rom_states({**self.roms, **roms[b]})
             for layer, heads in rows.items():
                 for vh, s in heads.items():
                     rec[self._gdn[layer], vh] = s.numpy()

@@ -25,11 +25,12 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 from cpu import memmap
-from cpu.emulator import Retire, RunResult
+from cpu.emulator import ElfError, Retire, RunResult
 from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
 from cpu.rv32.loader import CoreImage, load_program
 from cpu.rv32.protocol import FAULT, FIX, HALF, JUMP, TraceReader, executes
@@ -75,6 +76,10 @@ class CoreEngine:
             self._advance(records)
         return RunResult(r.exit_code, bytes(r.output[out0:]), r.instructions - n0, r.fault,
                          records, timed_out=not r.done)
+
+    def counters(self) -> dict[str, int]:
+        """What the progress line shows (read from another thread while ``run`` goes on)."""
+        return {"instructions": self.reader.instructions, "tokens": self.reader.tokens}
 
     def stats(self) -> dict[str, Any]:
         r = self.reader
@@ -284,23 +289,102 @@ class FastCore(HFCore):
 
     def run(self, max_steps: int, trace: bool = False) -> RunResult:
         r = self.reader
-        eng = self.hf
         out0, n0 = len(r.output), r.instructions
-        stop = eng.stop_bitmap([k for k, kind in enumerate(eng.circuit.kinds) if kind.halt])
-        while not r.done:
-            left = max_steps - (r.instructions - n0)
-            if left <= 0 and executes(self.cur):
-                break
-            ids = eng.run(self.cache, 0, eng.token_id(self.cur), max(1, min(self.CHUNK, left)), stop)
-            for tid in ids.tolist():
-                self.cur = eng.token_of(tid)
-                r.feed(self.cur)
-                if r.done:
-                    break
-            if not len(ids):
-                break
+        self.cur = fast_advance(self.hf, self.cache, 0, r, self.cur, max_steps, self.CHUNK)
         return RunResult(r.exit_code, bytes(r.output[out0:]), r.instructions - n0, r.fault,
                          [] if trace else None, timed_out=not r.done)
+
+
+def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token,
+                 max_steps: int, chunk: int = FastCore.CHUNK) -> Token:
+    """Run stream ``row`` of a fast engine's ``cache`` on from token ``cur`` until it exits,
+    faults or retires ``max_steps`` more instructions, feeding ``reader`` every token; the
+    kernel makes the tokens ``chunk`` at a time (never more than instructions left in the
+    budget, so a run stops where a token-by-token loop would). Returns the last token."""
+    n0 = reader.instructions
+    stop = eng.stop_bitmap([k for k, kind in enumerate(eng.circuit.kinds) if kind.halt])
+    while not reader.done:
+        left = max_steps - (reader.instructions - n0)
+        if left <= 0 and executes(cur):
+            break
+        ids = eng.run(cache, row, eng.token_id(cur), max(1, min(chunk, left)), stop)
+        for tid in ids.tolist():
+            cur = eng.token_of(tid)
+            reader.feed(cur)
+            if reader.done:
+                break
+        if not len(ids):
+            break
+    return cur
+
+
+class CoreBatch:
+    """Many streams of the compiled core (one program with many inputs, or many programs)
+    on one engine, one cache row each: ``fast`` runs the rows free on ``threads`` threads
+    (default: the CPU count; each kernel call releases the GIL), ``hf`` steps every row
+    still running in one batched decode call per token. ``run(max_steps)`` gives one
+    :class:`RunResult` per stream, in order; ``counters()`` what the progress line shows."""
+
+    def __init__(self, images: list[CoreImage], engine: str = "fast", target: str = "compact",
+                 dtype: str = "bf16", threads: int | None = None):
+        from backends.target import get_target
+        get_target(target)
+        self.name, self.target = engine, target
+        path = compiled_core(FULL, target, dtype)
+        if engine == "fast":
+            from backends.fast.engine import FastEngine
+            self.eng: Any = FastEngine(path, dtype, threads=1)
+        else:
+            from backends.hf_engine import HFEngine
+            self.eng = HFEngine(path, dtype)
+        self.threads = max(1, threads or os.cpu_count() or 1)
+        self.cache = self.eng.new_cache(len(images), roms=[im.images for im in images])
+        self.readers = [TraceReader(word_at=im.machine.read_word) for im in images]
+        self.cur = [im.start for im in images]
+        for r, tok in zip(self.readers, self.cur):
+            r.feed(tok)
+
+    def counters(self) -> dict[str, int]:
+        rs = self.readers
+        return {"streams": len(rs), "done": sum(r.done for r in rs),
+                "instructions": sum(r.instructions for r in rs), "tokens": sum(r.tokens for r in rs)}
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters()
+        return {"tokens": c["tokens"], "target": self.target, "threads": self.threads,
+                "tokens_per_instruction": (round(c["tokens"] / c["instructions"], 4)
+                                           if c["instructions"] else None)}
+
+    def run(self, max_steps: int) -> list[RunResult]:
+        n0 = [r.instructions for r in self.readers]
+        out0 = [len(r.output) for r in self.readers]
+        if self.name == "fast":
+            def one(b: int) -> None:
+                self.cur[b] = fast_advance(self.eng, self.cache, b, self.readers[b], self.cur[b],
+                                           max_steps)
+            with ThreadPoolExecutor(min(self.threads, len(self.readers))) as pool:
+                list(pool.map(one, range(len(self.readers))))
+        else:
+            self._run_batched(max_steps, n0)
+        return [RunResult(r.exit_code, bytes(r.output[o:]), r.instructions - n, r.fault, None,
+                          timed_out=not r.done)
+                for r, n, o in zip(self.readers, n0, out0)]
+
+    def _run_batched(self, max_steps: int, n0: list[int]) -> None:
+        """hf: one decode call per token for all rows; a row that is done (or out of budget)
+        is fed its last token again and its answers are ignored."""
+        eng, rs = self.eng, self.readers
+
+        def live(b: int) -> bool:
+            return not rs[b].done and not (executes(self.cur[b])
+                                           and rs[b].instructions - n0[b] >= max_steps)
+        while any(live(b) for b in range(len(rs))):
+            going = [live(b) for b in range(len(rs))]
+            ids = eng.decode_step([eng.token_id(t) for t in self.cur], self.cache).tolist()
+            for b, tid in enumerate(ids):
+                if going[b]:
+                    self.cur[b] = eng.token_of(int(tid))
+                    rs[b].feed(self.cur[b])
 
 
 def sim_engine(path: Path, input_text: bytes | None) -> SimCore:
@@ -320,6 +404,29 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
         print(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
               f"{where.parent}", file=sys.stderr, flush=True)
     return engine(image, target=target, dtype=dtype)
+
+
+def core_batch(path: Path, inputs: list[bytes], engine: str = "fast", target: str = "compact",
+               dtype: str = "bf16", threads: int | None = None) -> CoreBatch:
+    """The program once per input, all streams on one ``engine`` (hf or fast). An input that
+    does not fit is refused as ``ElfError("K: why")``, K its 1-based line."""
+    images = []
+    for k, text in enumerate(inputs, 1):
+        try:
+            images.append(load_program(path, text))
+        except ElfError as e:
+            raise ElfError(f"{k}: {e}") from None
+    return CoreBatch(images, engine, target, dtype, threads)
+
+
+def hf_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
+    """``deltachip run --engine hf --inputs FILE``: one batched decode call per token."""
+    return core_batch(path, inputs, "hf", **options)
+
+
+def fast_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
+    """``deltachip run --engine fast --inputs FILE``: the streams free-running on threads."""
+    return core_batch(path, inputs, "fast", **options)
 
 
 def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",

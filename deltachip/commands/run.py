@@ -31,6 +31,7 @@ from common.errors import UserError
 from common.kinds import DType
 from cpu import memmap
 from common.outputs import replace_on_success
+from common.progress import progress_line
 
 EXIT_FAULT = 3
 EXIT_TIMEOUT = 124
@@ -45,9 +46,11 @@ class Engine:
     target: str
     description: str
     compiled: bool = False      # takes target= and dtype= (a compiled model)
+    batch: str | None = None    # "module:attribute" of a loader of many streams at once
 
-    def load(self) -> Callable[[Path, bytes | None], Any]:
-        module, _, attr = self.target.partition(":")
+
+    def load(self, which: str | None = None) -> Callable[..., Any]:
+        module, _, attr = (which or self.target).partition(":")
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
@@ -57,20 +60,24 @@ class Engine:
 ENGINES: dict[str, Engine] = {}
 
 
-def register_engine(name: str, target: str, description: str, compiled: bool = False) -> None:
+def register_engine(name: str, target: str, description: str, compiled: bool = False,
+                    batch: str | None = None) -> None:
     """Add an engine to ``deltachip run --engine``; a ``compiled`` engine's loader also takes
-    ``target=`` and ``dtype=`` keywords."""
-    ENGINES[name] = Engine(name, target, description, compiled)
+    ``target=`` and ``dtype=`` keywords. ``batch``: the loader of many streams for
+    ``--inputs`` (``batch(path, inputs, threads=, **options) -> runner`` whose
+    ``run(max_steps)`` gives a RunResult per input); without one, inputs run one by one."""
+    ENGINES[name] = Engine(name, target, description, compiled, batch)
 
 
 register_engine("ref", "cpu.emulator:Machine.from_elf", "golden RV32IM+Zba ISA emulator (Python)")
 register_engine("sim", "cpu.rv32.engines:sim_engine",
                 "the core's HDL (cpu/rv32) in the reference simulator")
 register_engine("hf", "cpu.rv32.engines:hf_engine",
-                "the compiled core in transformers' Qwen3.5 modules", compiled=True)
+                "the compiled core in transformers' Qwen3.5 modules", compiled=True,
+                batch="cpu.rv32.engines:hf_batch")
 register_engine("fast", "cpu.rv32.engines:fast_engine",
                 "the same compiled core on the fast sparse engine, bit-identical to hf",
-                compiled=True)
+                compiled=True, batch="cpu.rv32.engines:fast_batch")
 
 EPILOG = """examples:
   deltachip run hello.elf
@@ -78,9 +85,12 @@ EPILOG = """examples:
   echo '-7 // 2' | deltachip run calc.elf            # the input from standard input
   deltachip run calc.elf --input=-7//2                # a text starting with '-'
   deltachip run prog.elf --max-steps 1000000 --stats stats.json --trace prog.trace
+  deltachip run calc.elf --engine fast --inputs exprs.txt   # one input a line, one output line each
 
 exit status: the program's exit code (mod 256); 3 machine fault; 124 step budget exhausted;
-2 bad input. Trace format and fault causes: docs/cpu.md.
+2 bad input; with --inputs, 0 when every input's run exited 0, else the first failing
+input's status. Trace format and fault causes: docs/cpu.md. At a terminal a progress line
+(instructions, tokens, tokens/s) shows on stderr while the program runs.
 """
 
 
@@ -98,6 +108,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="text written NUL-terminated into the program's input buffer (without "
                         "--input: standard input when it is a pipe or a file); a text that "
                         "starts with '-' is written --input=TEXT")
+    p.add_argument("--inputs", type=Path, metavar="FILE",
+                   help="run the program once per line of FILE (the line is its input), all "
+                        "together: hf and fast advance the runs as one batch; prints one "
+                        "line per input, in order (its output, a final newline dropped, "
+                        "other newlines and backslashes escaped as \\n and \\\\)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="--inputs on fast: threads to run the streams on (default: the CPUs)")
     p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, metavar="N",
                    help=f"stop after N instructions (default {DEFAULT_MAX_STEPS:,}); exit 124")
     p.add_argument("--target", default=None, metavar="T",
@@ -115,18 +132,19 @@ def run_command(args: argparse.Namespace) -> int:
     if args.max_steps < 0:
         raise UserError(f"--max-steps must be >= 0, got {args.max_steps}")
     engine = ENGINES[args.engine]
+    if args.threads is not None and (args.threads < 1 or args.inputs is None):
+        raise UserError("--threads applies to --inputs and must be >= 1")
+    options = _compiled_options(args, engine)
+    if args.inputs is not None:
+        if args.input is not None or args.trace is not None:
+            raise UserError("--inputs runs many inputs: it does not combine with --input or "
+                            "--trace")
+        return run_inputs(args, engine, options)
     input_text = None
     if args.input is not None:
         input_text = args.input.encode("utf-8", "surrogateescape")
     else:
         input_text = read_stdin(args.program)
-    options = {}
-    for opt in ("target", "dtype"):
-        if getattr(args, opt) is not None:
-            if not engine.compiled:
-                raise UserError(f"--{opt} applies to the compiled engines (hf, fast), not "
-                                f"--engine {engine.name}")
-            options[opt] = getattr(args, opt)
     machine = engine.load()(args.program, input_text, **options)
     with contextlib.ExitStack() as outputs:
         # --stats is checked now and written all at once at the end (never half-written);
@@ -144,6 +162,111 @@ def run_command(args: argparse.Namespace) -> int:
                 stats.update(machine.stats())
             stats_tmp.write_text(json.dumps(stats, indent=2) + "\n")
     return status
+
+
+def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, str]:
+    """--target and --dtype, refused for an engine that runs no compiled model."""
+    options = {}
+    for opt in ("target", "dtype"):
+        if getattr(args, opt) is not None:
+            if not engine.compiled:
+                raise UserError(f"--{opt} applies to the compiled engines (hf, fast), not "
+                                f"--engine {engine.name}")
+            options[opt] = getattr(args, opt)
+    return options
+
+
+#: the most bytes ``--inputs`` reads (its lines each fit the program's input buffer)
+MAX_INPUTS_BYTES = 64 << 20
+
+
+def read_inputs(path: Path, program: Path) -> list[bytes]:
+    """The lines of ``--inputs`` FILE (without their newlines; a final newline ends the last
+    line, it does not start an empty one), read with a bound; the program must have an input
+    buffer. A line too long for the buffer is refused later, naming FILE:LINE."""
+    from common.inputs import InputTooLarge, read_bounded
+    from cpu.elf import read_elf
+    if memmap.INPUT_BUFFER_SYMBOL not in read_elf(program).symbols:
+        raise UserError(f"{program}: --inputs: the program has no input buffer "
+                        f"({memmap.INPUT_BUFFER_SYMBOL})")
+    try:
+        data = read_bounded(path, MAX_INPUTS_BYTES, "--inputs")
+    except InputTooLarge as e:
+        raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the --inputs file: {e.strerror or e}") from None
+    if not data:
+        raise UserError(f"{path}: the --inputs file is empty (one input a line)")
+    return data.removesuffix(b"\n").split(b"\n")
+
+
+def _one_line(output: bytes) -> bytes:
+    """A run's output as one line: its final newline dropped, the rest escaped."""
+    return output.removesuffix(b"\n").replace(b"\\", b"\\\\").replace(b"\n", b"\\n")
+
+
+def run_inputs(args: argparse.Namespace, engine: Engine, options: dict[str, str]) -> int:
+    """``--inputs FILE``: the program once per line, one output line each (docs/cpu.md)."""
+    from cpu.emulator import ElfError
+    inputs = read_inputs(args.inputs, args.program)
+    counts = {"instructions": 0, "streams": len(inputs), "done": 0}
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as outputs:
+        stats_tmp = (outputs.enter_context(replace_on_success(args.stats, "--stats: "))
+                     if args.stats is not None else None)
+        if engine.batch is not None:
+            try:
+                runner = engine.load(engine.batch)(args.program, inputs, threads=args.threads,
+                                                   **options)
+            except ElfError as e:
+                raise UserError(f"{args.inputs}:{e}") from None
+            with progress_line(runner.counters):
+                results = runner.run(args.max_steps)
+            extra = runner.stats()
+        else:
+            results = []
+            with progress_line(lambda: counts):
+                for k, text in enumerate(inputs, 1):
+                    try:
+                        machine = engine.load()(args.program, text, **options)
+                    except ElfError as e:
+                        raise UserError(f"{args.inputs}:{k}: {e}") from None
+                    results.append(machine.run(args.max_steps))
+                    counts["instructions"] += results[-1].instructions
+                    counts["done"] += 1
+            extra = {}
+        seconds = time.perf_counter() - t0
+        status = 0
+        stdout = sys.stdout.buffer
+        for k, res in enumerate(results, 1):
+            stdout.write(_one_line(res.output) + b"\n")
+            code = _status_of(res, f"{args.inputs}:{k}: ")
+            status = status or code
+        stdout.flush()
+        if stats_tmp is not None:
+            n = sum(r.instructions for r in results)
+            stats = {"engine": engine.name, "program": str(args.program), "inputs": len(inputs),
+                     "instructions": n, "seconds": round(seconds, 6),
+                     "instructions_per_second": round(n / seconds, 3) if seconds > 0 else None,
+                     "exit_status": status, **extra,
+                     "runs": [{"exit_code": r.exit_code, "instructions": r.instructions,
+                               "fault": str(r.fault) if r.fault else None,
+                               "timed_out": r.timed_out} for r in results]}
+            stats_tmp.write_text(json.dumps(stats, indent=2) + "\n")
+    return status
+
+
+def _status_of(result: Any, where: str = "") -> int:
+    """The exit status of a finished run, its fault or exhausted budget said on stderr."""
+    if result.fault is not None:
+        print(f"deltachip run: {where}{result.fault} (after {result.instructions:,} "
+              "instructions)", file=sys.stderr)
+        return EXIT_FAULT
+    if result.exit_code is None:
+        print(f"deltachip run: {where}step budget exhausted: {result.instructions:,} instructions "
+              f"without exit; raise --max-steps", file=sys.stderr)
+        return EXIT_TIMEOUT
+    return result.exit_code & 0xFF
 
 
 def read_stdin(program: Path) -> bytes | None:
@@ -185,17 +308,20 @@ def _run(machine: Any, max_steps: int, trace_file: IO[str] | None) -> tuple[int,
     stdout = sys.stdout.buffer
     instructions = 0
     t0 = time.perf_counter()
-    while True:
-        steps = min(CHUNK_STEPS if trace_file else 1 << 22, max_steps - instructions)
-        result = machine.run(steps, trace=trace_file is not None)
-        instructions += result.instructions
-        if result.output:
-            stdout.write(result.output)
-            stdout.flush()
-        if trace_file is not None:
-            trace_file.writelines(r.format() + "\n" for r in result.retired)
-        if not result.timed_out or instructions >= max_steps:
-            break
+    counters = getattr(machine, "counters", None)       # token engines count as they go
+    with progress_line(counters or (lambda: {"instructions": instructions})):
+        while True:
+            steps = min(CHUNK_STEPS if trace_file or not counters else 1 << 22,
+                        max_steps - instructions)
+            result = machine.run(steps, trace=trace_file is not None)
+            instructions += result.instructions
+            if result.output:
+                stdout.write(result.output)
+                stdout.flush()
+            if trace_file is not None:
+                trace_file.writelines(r.format() + "\n" for r in result.retired)
+            if not result.timed_out or instructions >= max_steps:
+                break
     seconds = time.perf_counter() - t0
     if result.fault is not None:
         status = EXIT_FAULT

@@ -122,3 +122,41 @@ def test_fast_runs_programs_at_qwen35_4b_shapes(checkpoint_4b, name, firmware_el
     else:
         elf = toolchain.build([toolchain.ISA_TESTS_DIR / f"{name}.S"], tmp_path / f"{name}.elf")
     check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=3000)
+
+
+def test_cli_fast_inputs_runs_a_batch(firmware_elf, capfd, tmp_path):
+    """`deltachip run calc.elf --engine fast --inputs FILE`: every line's result and
+    instruction count as ``ref`` gives them, in order, the streams run on two threads."""
+    from deltachip.cli import main
+    elf = str(firmware_elf("calc"))
+    exprs = ["2**20", "-7 // 2", "1/0", "(1/3 + 1/6) * 4"]
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(exprs) + "\n")
+    stats = tmp_path / "s.json"
+    want = [Machine.from_elf(elf, e.encode()).run(10**6) for e in exprs]
+    status = main(["run", elf, "--engine", "fast", "--inputs", str(inputs), "--threads", "2",
+                   "--stats", str(stats)])
+    assert status == next(w.exit_code & 0xFF for w in want if w.exit_code)
+    assert capfd.readouterr().out == "".join(w.output.decode() for w in want)
+    s = json.loads(stats.read_text())
+    assert [r["instructions"] for r in s["runs"]] == [w.instructions for w in want]
+    assert [r["exit_code"] for r in s["runs"]] == [w.exit_code for w in want]
+    assert (s["engine"], s["threads"]) == ("fast", 2) and s["tokens"] > s["instructions"]
+
+
+def test_hf_batch_equals_fast_batch(build_elf, elf_file):
+    """Two inputs as one batch through transformers (one decode call per token for both
+    rows) and on the fast engine: the same outputs, instructions and tokens as ``ref``."""
+    from cpu.rv32.engines import core_batch
+    from test_run_cli import echo_program
+    elf = echo_program(build_elf, elf_file, exit_code=7)
+    inputs = [b"ab", b"xyz!"]
+    want = [Machine.from_elf(elf, t).run(1000) for t in inputs]
+    got = {}
+    for name in ("fast", "hf"):
+        batch = core_batch(elf, inputs, name)
+        res = batch.run(1000)
+        got[name] = ([(r.exit_code, r.output, r.instructions) for r in res],
+                     [r.tokens for r in batch.readers])
+    assert got["fast"] == got["hf"]
+    assert got["fast"][0] == [(w.exit_code, w.output, w.instructions) for w in want]

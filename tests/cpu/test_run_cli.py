@@ -187,3 +187,87 @@ def test_stats_file_survives_a_refused_run(build_elf, elf_file, tmp_path, capfd)
     assert capfd.readouterr().err == f"--trace: cannot write {tmp_path}: Is a directory\n"
     assert stats.read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, "s.json"]
+
+
+def echo_program(build_elf, elf_file, exit_code: int = 0):
+    """Prints its input, then exits with ``exit_code``; the input buffer holds 16 bytes."""
+    buf = memmap.RAM_BASE + 0x10
+    words = li(3, buf) + li(1, memmap.UART_TX) + [
+        E("lbu", rd=2, rs1=3), E("beq", rs1=2, rs2=0, imm=16), E("sb", rs1=1, rs2=2),
+        E("addi", rd=3, rs1=3, imm=1), E("jal", imm=-16),
+        E("addi", rd=10, imm=exit_code), E("addi", rd=17, imm=93), E("ecall")]
+    syms = {"__input_buffer": (buf, 0, 2), "__input_size": (16, 0, 0xFFF1)}
+    return program(words, build_elf, elf_file, symbols=syms)
+
+
+def test_inputs_one_output_line_each(build_elf, elf_file, tmp_path, capfd):
+    """--inputs: the program once per line, in order; a newline or backslash the program
+    prints is escaped so that every run stays one line."""
+    path = echo_program(build_elf, elf_file)
+    inputs = tmp_path / "in.txt"
+    inputs.write_bytes(b"one\n\ntwo\\x\n")
+    stats = tmp_path / "s.json"
+    assert main(["run", str(path), "--inputs", str(inputs), "--stats", str(stats)]) == 0
+    assert capfd.readouterr() == ("one\n\ntwo\\\\x\n", "")
+    s = json.loads(stats.read_text())
+    assert (s["inputs"], [r["exit_code"] for r in s["runs"]]) == (3, [0, 0, 0])
+    assert s["instructions"] == sum(r["instructions"] for r in s["runs"]) > 0
+    calc_like = tmp_path / "nl.txt"
+    calc_like.write_bytes(b"a\n")
+    assert main(["run", str(path), "--inputs", str(calc_like)]) == 0
+    assert capfd.readouterr().out == "a\n"
+
+
+def test_inputs_status_is_the_first_failure(build_elf, elf_file, tmp_path, capfd):
+    path = echo_program(build_elf, elf_file, exit_code=5)
+    inputs = tmp_path / "in.txt"
+    inputs.write_bytes(b"x\ny\n")
+    assert main(["run", str(path), "--inputs", str(inputs), "--max-steps", "7"]) == 124
+    out, err = capfd.readouterr()
+    assert out == "x\ny\n"
+    assert err == "".join(f"deltachip run: {inputs}:{k}: step budget exhausted: 7 instructions "
+                          "without exit; raise --max-steps\n" for k in (1, 2))
+    assert main(["run", str(path), "--inputs", str(inputs)]) == 5
+
+
+@pytest.mark.parametrize("content, args, said", [
+    (b"", (), "{inputs}: the --inputs file is empty (one input a line)"),
+    (b"ok\n" + b"y" * 16 + b"\n", (), "{inputs}:2: --input text is 16 bytes; the program's "
+                                      "input buffer holds 16 bytes including the terminating NUL"),
+    (b"1\n", ("--input", "2"), "--inputs runs many inputs: it does not combine with --input "
+                               "or --trace"),
+    (b"1\n", ("--threads", "0"), "--threads applies to --inputs and must be >= 1"),
+])
+def test_inputs_refused(build_elf, elf_file, tmp_path, capfd, content, args, said):
+    path = echo_program(build_elf, elf_file)
+    inputs = tmp_path / "in.txt"
+    inputs.write_bytes(content)
+    assert main(["run", str(path), "--inputs", str(inputs), *args]) == 2
+    assert capfd.readouterr() == ("", said.format(inputs=inputs) + "\n")
+
+
+def test_inputs_needs_an_input_buffer(build_elf, elf_file, tmp_path, capfd):
+    path = program(say(b"", 0), build_elf, elf_file)
+    inputs = tmp_path / "in.txt"
+    inputs.write_bytes(b"1\n")
+    assert main(["run", str(path), "--inputs", str(inputs)]) == 2
+    assert capfd.readouterr().err == (f"{path}: --inputs: the program has no input buffer "
+                                      "(__input_buffer)\n")
+
+
+def test_progress_line_on_request(build_elf, elf_file, capfd, monkeypatch):
+    """DELTACHIP_PROGRESS=1 shows the progress line on stderr (as at a terminal) and removes
+    it at the end; stdout stays the program's output."""
+    import common.progress as progress
+    monkeypatch.setenv("DELTACHIP_PROGRESS", "1")
+    path = program(say(b"hi", 0), build_elf, elf_file)
+    assert main(["run", str(path)]) == 0
+    out, err = capfd.readouterr()
+    assert out == "hi" and "instructions" in err
+    monkeypatch.setenv("DELTACHIP_PROGRESS", "0")
+    assert main(["run", str(path)]) == 0
+    assert capfd.readouterr() == ("hi", "")
+    assert progress.describe({"instructions": 1234, "tokens": 5000}, 2.0) == \
+        "1,234 instructions · 5,000 tokens · 2,500 tokens/s"
+    assert progress.describe({"instructions": 10, "streams": 4, "done": 1}, 0.0) == \
+        "1/4 streams · 10 instructions"
