@@ -6,8 +6,9 @@ first positions of product (every residual dim after every sublayer, the next to
 memory); fast = sim teacher-forced over the ISA suite and the shipped firmware below the
 long ones (every position's next token, every memory after every 2,048 positions, every
 designed lane on the short ones); ``deltachip run --engine fast`` on calc equals ``ref``.
-Slow: the long programs (sieve and the rest); at qwen3.5-4b shapes fast = hf on product's
-first 64 positions and fast = sim on the ISA suite and the short firmware.
+Slow: the long programs (sieve and the rest); fast = hf on product's first 64 positions at
+qwen3.5-4b shapes (bf16 and fp32) and on compact fp32; at qwen3.5-4b shapes (bf16 and fp32)
+fast = sim on the ISA suite and the short firmware.
 """
 from __future__ import annotations
 
@@ -97,17 +98,21 @@ def test_fast_runs_long_firmware(fast, name, firmware_elf):
     check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=0)
 
 
-@pytest.fixture(scope="module")
-def checkpoint_4b():
-    return compiled_core(FULL, "qwen3.5-4b", "bf16")
+@pytest.fixture(scope="module", params=["bf16", "fp32"])
+def checkpoint_4b(request):
+    return compiled_core(FULL, "qwen3.5-4b", request.param)
 
 
 @pytest.mark.slow
-def test_fast_equals_hf_at_qwen35_4b_shapes(checkpoint_4b, firmware_elf):
-    """The first 64 positions of product at qwen3.5-4b shapes through both engines."""
+@pytest.mark.parametrize("target, dtype", [("qwen3.5-4b", "bf16"), ("qwen3.5-4b", "fp32"),
+                                           ("compact", "fp32")])
+def test_fast_equals_hf_on_compiled_cores(target, dtype, firmware_elf):
+    """The first 64 positions of product through both engines, at qwen3.5-4b shapes and
+    in fp32 (the default run covers compact bf16)."""
+    path = compiled_core(FULL, target, dtype)
     image = load_program(firmware_elf("product"), None)
-    fast = load_engine("fast", checkpoint_4b, roms=image.images)
-    hf = load_engine("hf", checkpoint_4b, roms=image.images)
+    fast = load_engine("fast", path, roms=image.images)
+    hf = load_engine("hf", path, roms=image.images)
     rep = compare_engines(fast, hf, steps=64, starts=[image.start], mem_every=8)
     assert rep.ok, "\n".join(rep.problems())
     assert rep.positions == 65 and rep.memory_checks >= 8
