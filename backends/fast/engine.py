@@ -13,7 +13,9 @@ a value that leaves the kernel's exact domain stops its stream with
 :class:`backends.fast.native.FastError`: never a silently different run.
 
 Streams of one cache run on ``threads`` threads (default: the CPU count), each C call
-releasing the GIL.
+releasing the GIL. Where the C kernel cannot be built, the engine runs the numpy kernel
+(:mod:`backends.fast.pykernel`: the same results, much slower) and says so once on stderr
+(:func:`backends.fast.native.make_kernel`; ``DELTACHIP_FAST_KERNEL=python`` picks it).
 """
 from __future__ import annotations
 
@@ -28,15 +30,17 @@ import torch
 
 from backends.engine import ChipEngine
 from backends.fast import model as fmodel
-from backends.fast.native import FastError, Native
+from backends.fast.native import FastError, make_kernel
 
 __all__ = ["FastEngine", "FastCache", "FastError"]
 
 
 class FastCache:
-    """The state of ``len(states)`` independent streams (C states, one per batch row)."""
+    """The state of ``len(states)`` independent streams (one kernel state per batch row;
+    ``native`` the kernel: :class:`backends.fast.native.Native`, or the numpy kernel where C
+    cannot be built)."""
 
-    def __init__(self, native: Native, states: list[Any]):
+    def __init__(self, native: Any, states: list[Any]):
         self.native = native
         self.states = states
 
@@ -53,7 +57,7 @@ class FastEngine(ChipEngine):
                  progress: Callable[[str], None] | None = None):
         super().__init__(path, dtype, roms)
         self.model = fmodel.load(self.path, self.dtype_name, progress)
-        self.native = Native(self.model)
+        self.native = make_kernel(self.model)
         self.threads = max(1, threads or os.cpu_count() or 1)
         self._gdn = {li: ly.gdn for li, ly in enumerate(self.model.layers) if ly.kind == 0}
         self._taps: Sequence[torch.Tensor] | None = None

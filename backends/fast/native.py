@@ -11,9 +11,17 @@ different threads run on different cores.
 The kernel is compiled once per source (cached like the simulator's, ``hdl.sim.cbuild``)
 with ``-O2 -ffp-contract=off``: no fused multiply-adds, so every product and sum rounds
 where the C source (and transformers) round.
+
+:func:`make_kernel` picks the kernel an engine runs on: this one, or, where it cannot be
+built (no working C compiler, or one that rejects it), the numpy kernel of
+:mod:`backends.fast.pykernel` (same interface, same results, much slower), saying so once
+per process on stderr. ``DELTACHIP_FAST_KERNEL=python`` picks the numpy kernel, ``=c`` the
+C kernel or the build's error; unset (or ``auto``), C with the fallback.
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +85,52 @@ class FastError(UserError):
     """A stream stopped because a value left what the fast engine computes exactly."""
 
 
+def message(model: FastModel, pos: int, code: int, layer: int, val: float,
+            where: str = "") -> FastError:
+    """The error of a stream stopped at position ``pos`` with kernel error ``code`` at
+    ``layer`` (-1: the embedding, L: the lm_head) on value ``val``."""
+    at = ("the lm_head" if layer == len(model.layers) else
+          f"layer {layer}" if layer >= 0 else "the embedding")
+    return FastError(f"fast engine: {where}at position {pos}, {at}: "
+                     f"{REASONS.get(code, f'error {code}')} (value {val:g}); "
+                     f"transformers may compute something else here, so the stream "
+                     f"stops (run it with --engine hf)")
+
+
 def _lib() -> Any:
     return cbuild.build(SOURCE.read_text(), ffi=_FFI, flags=CFLAGS)
+
+
+#: The environment variable that picks the kernel (see the module docstring).
+KERNEL_ENV = "DELTACHIP_FAST_KERNEL"
+_KERNELS = ("auto", "c", "python")
+_told = False
+
+
+def make_kernel(model: FastModel) -> Any:
+    """The kernel to run ``model`` on: :class:`Native`, or the numpy kernel
+    (:class:`backends.fast.pykernel.PyKernel`) when ``$DELTACHIP_FAST_KERNEL`` says
+    ``python`` or the C kernel cannot be built (said once per process on stderr)."""
+    global _told
+    choice = os.environ.get(KERNEL_ENV, "").strip().lower() or "auto"
+    if choice not in _KERNELS:
+        raise UserError(f"{KERNEL_ENV}={os.environ[KERNEL_ENV]!r}: expected one of "
+                        f"{', '.join(_KERNELS)}")
+    if choice != "python":
+        try:
+            _lib()
+        except (cbuild.NoCompiler, cbuild.BuildError, OSError) as e:
+            if choice == "c":
+                raise
+            if not _told:
+                _told = True
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                print(f"fast engine: the C kernel could not be built ({why}); running the "
+                      f"pure-Python kernel, much slower", file=sys.stderr, flush=True)
+        else:
+            return Native(model)
+    from backends.fast.pykernel import PyKernel
+    return PyKernel(model)
 
 
 class Native:
@@ -158,15 +210,14 @@ class Native:
     def position(self, s: Any) -> int:
         return int(self.lib.dc_state_pos(s))
 
-    def error(self, s: Any, where: str = "") -> FastError:
+    def failure(self, s: Any) -> tuple[int, int, float]:
+        """(error code, layer, value) of the check that stopped the stream; code 0: none."""
         layer, val = _FFI.new("int *"), _FFI.new("double *")
         code = self.lib.dc_state_err(s, layer, val)
-        at = ("the lm_head" if layer[0] == len(self.model.layers) else
-              f"layer {layer[0]}" if layer[0] >= 0 else "the embedding")
-        return FastError(f"fast engine: {where}at position {self.position(s)}, {at}: "
-                         f"{REASONS.get(code, f'error {code}')} (value {val[0]:g}); "
-                         f"transformers may compute something else here, so the stream "
-                         f"stops (run it with --engine hf)")
+        return int(code), int(layer[0]), float(val[0])
+
+    def error(self, s: Any, where: str = "") -> FastError:
+        return message(self.model, self.position(s), *self.failure(s), where)
 
     def feed(self, s: Any, ids: np.ndarray, taps: np.ndarray | None = None) -> np.ndarray:
         """Teacher-forced: feed ``ids``; the argmax after each. ``taps``: [n, 2L, H] float32
