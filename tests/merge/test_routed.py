@@ -21,7 +21,7 @@ PROMPTS = ["the quick brown fox", "def add(a, b):\n    return a + b\nnumbers 0 1
 
 def _tokenizer(path):
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(str(path))
+    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=True)
 
 
 def _batch(path):
