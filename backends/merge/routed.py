@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +37,7 @@ from typing import Any, Callable
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
-from common.outputs import os_reason, sweep_stale, temp_name_prefix, write_reason
+from common.outputs import building_dir, os_reason, prepare_dir_output
 
 FORMAT = "deltachip-merge"
 FORMAT_VERSION = 1
@@ -101,28 +99,11 @@ def prepare_output(out: Path, base: Path, chip: Path) -> Path:
     inside the other, and absent, empty or a previous merge output."""
     for what, d in (("base", base), ("chip", chip)):
         if _inside(out, d) or _inside(d, out):
-            raise MergeError(f"OUT_DIR {out}: {'is' if _inside(out, d) and _inside(d, out) else 'overlaps'}"
-                             f" the {what} directory {d}; merge never writes there: choose "
-                             "another path")
-    if out.is_symlink():
-        raise MergeError(f"OUT_DIR {out}: is a symbolic link; give the directory itself")
-    if out.exists():
-        if not out.is_dir():
-            raise MergeError(f"OUT_DIR {out}: exists and is not a directory; choose another path")
-        entries = sorted(e.name for e in out.iterdir())
-        if entries and not _is_merge(out, entries):
-            foreign = [e for e in entries if e not in OURS and not e.endswith(".safetensors")]
-            raise MergeError(f"OUT_DIR {out}: directory is not empty and is not a deltachip "
-                             f"merge (it holds '{(foreign or entries)[0]}'); refusing to replace "
-                             "it: choose a new or empty directory")
-    parent = out.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale(out)
-        os.rmdir(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
-    except OSError as e:
-        raise MergeError(f"OUT_DIR {out}: cannot write in {parent}: {os_reason(e)}") from None
-    return out
+            how = "is" if _inside(out, d) and _inside(d, out) else "overlaps"
+            raise MergeError(f"OUT_DIR {out}: {how} the {what} directory {d}; merge never "
+                             "writes there: choose another path")
+    return prepare_dir_output(out, "OUT_DIR ", MergeError, "merge", _is_merge,
+                              lambda e: e in OURS or e.endswith(".safetensors"))
 
 
 def _is_merge(d: Path, entries: list[str]) -> bool:
@@ -262,9 +243,8 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         raise MergeError(f"OUT_DIR {out}: needs {need / 2**30:.2f} GiB, {parent} has "
                          f"{free / 2**30:.2f} GiB free (nothing was written)")
 
-    tmp = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
-    old = None
-    try:
+    with building_dir(out, MergeError, f"OUT_DIR {out}: cannot write the merged checkpoint"
+                      ) as tmp:
         weight_map: dict[str, str] = {}
         for i, h in enumerate(base.files):
             say(f"copying base shard {i + 1} of {len(base.files)}")
@@ -290,36 +270,9 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
         (tmp / MANIFEST).write_text(json.dumps(
             _manifest(base, chip, offset, names, dtype, roms), indent=2) + "\n")
-        _umask_modes(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out) + "old-", dir=parent))
-            os.rename(out, old / out.name)
-        os.rename(tmp, out)
-    except BaseException as e:
-        if old is not None and not out.exists():
-            os.rename(old / out.name, out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        reason = write_reason(e)
-        if reason is not None and not isinstance(e, MergeError):
-            raise MergeError(f"OUT_DIR {out}: cannot write the merged checkpoint: {reason} "
-                             "(nothing was written)") from None
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
                        sum(sizes[len(base.files):]), time.perf_counter() - t0, names_out,
                        len(names), offset)
-
-
-def _umask_modes(tmp: Path) -> None:
-    """Modes as mkdir and open would have made them (not mkdtemp's 0700)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for root, dirs, files in os.walk(tmp):
-        os.chmod(root, 0o777 & ~umask)
-        for f in files:
-            os.chmod(Path(root) / f, 0o666 & ~umask)
 
 
 def _text_files(base: Base, names: list[str], offset: int) -> dict[str, bytes]:

@@ -94,7 +94,7 @@ def test_a_full_disk_leaves_nothing(bases, chips, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(stfile, "_copy", full)
     _refused(bases["untied"], chips["counter"], tmp_path / "out",
-             r"cannot write the merged checkpoint: No space left on device \(nothing was written\)")
+             r"cannot write the merged checkpoint: No space left on device \(nothing was changed\)")
 
 
 def test_an_interrupt_leaves_nothing_and_keeps_a_previous_merge(bases, chips, tmp_path,

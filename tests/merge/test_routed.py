@@ -201,3 +201,21 @@ def test_rows_of_different_kinds_are_refused(merged):
     off = m.config.chip_token_offset
     with pytest.raises(ValueError, match="rows of a batch must be text or chip"):
         m(input_ids=torch.tensor([[5], [off]]))
+
+
+def test_a_batch_of_chip_streams_is_the_chip_alone(merged, chips):
+    """Batch 4, every row a chip stream from a different token, prefill then decode."""
+    eng = _chip_alone(chips["counter"], "bf16")
+    m = load(merged("untied", "counter"), torch.bfloat16)
+    off = m.config.chip_token_offset
+    x = torch.tensor([[0, 1], [3, 4], [7, 8], [256, 256]])
+    with torch.no_grad():
+        want, ce = eng.prefill(x)
+        om = m(input_ids=x + off, cache=m.new_cache(), use_cache=True)
+        assert torch.equal(om.logits.argmax(-1) - off, want)
+        nxt = want[:, -1]
+        for _ in range(4):
+            le = eng.model(input_ids=nxt[:, None], cache=ce, use_cache=True).logits
+            om = m(input_ids=nxt[:, None] + off, cache=om.cache, use_cache=True)
+            assert torch.equal(om.logits[..., off:], le)
+            nxt = le[:, -1].argmax(-1)
