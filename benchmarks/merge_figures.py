@@ -61,7 +61,8 @@ def build_base(d: Path, layers: int, shards: int) -> None:
 
 
 def load_seconds(path: Path, remote: bool) -> float:
-    code = (f"import time,torch;from transformers import AutoModelForCausalLM as A;t=time.perf_counter();"
+    code = ("import time,torch;from transformers import AutoModelForCausalLM as A;"
+            "t=time.perf_counter();"
             f"A.from_pretrained({str(path)!r},dtype=torch.bfloat16,trust_remote_code={remote});"
             f"print(time.perf_counter()-t)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
