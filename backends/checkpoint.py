@@ -25,10 +25,7 @@ decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -39,7 +36,7 @@ from backends.chipschema import SchemaError, check_chip
 from backends.target import json_kind
 from common.errors import UserError
 from common.inputs import InputTooLarge, read_bounded
-from common.outputs import os_reason, sweep_stale, temp_name_prefix, write_reason
+from common.outputs import building_dir, os_reason, prepare_dir_output
 
 FORMAT = "deltachip-chip"
 FORMAT_VERSION = 2          # 2: enum fields in the circuit, the config copy, format_version
@@ -124,31 +121,9 @@ def _is_checkpoint(d: Path, entries: list[str]) -> bool:
 def prepare_output(path: str | Path) -> Path:
     """``path`` if a checkpoint may be written there (see the module docstring); its parent
     directories are created. Raises OutputDirError naming the path and the reason."""
-    p = Path(path)
-    if p.is_symlink():
-        raise OutputDirError(f"-o {p}: is a symbolic link; give the directory itself")
-    if p.exists():
-        if not p.is_dir():
-            raise OutputDirError(f"-o {p}: exists and is not a directory (compile writes a "
-                                 "directory: config.json, model.safetensors, chip.json); "
-                                 "choose another path")
-        try:
-            entries = sorted(e.name for e in p.iterdir())
-        except OSError as e:
-            raise OutputDirError(f"-o {p}: cannot read the directory: {os_reason(e)}") from None
-        if entries and not _is_checkpoint(p, entries):
-            foreign = [e for e in entries if not _ours(e)] or entries
-            raise OutputDirError(f"-o {p}: directory is not empty and is not a deltachip "
-                                 f"checkpoint (it holds '{foreign[0]}'); refusing to replace "
-                                 "it: choose a new or empty directory")
-    parent = p.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale(p)          # what a killed compile left beside -o
-        os.rmdir(tempfile.mkdtemp(prefix=temp_name_prefix(p), dir=parent))     # writable?
-    except OSError as e:
-        raise OutputDirError(f"-o {p}: cannot write in {parent}: {os_reason(e)}") from None
-    return p
+    return prepare_dir_output(path, "-o ", OutputDirError, "checkpoint", _is_checkpoint, _ours,
+                              " (compile writes a directory: config.json, model.safetensors, "
+                              "chip.json)")
 
 
 def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequence[WeightGroup],
@@ -164,10 +139,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
     checkpoint's dtype."""
     from safetensors.torch import save_file
     out = prepare_output(out_dir)
-    parent = out.absolute().parent
-    tmp = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
-    old = None
-    try:
+    with building_dir(out, OutputDirError, f"-o {out}: cannot write the checkpoint") as tmp:
         total = sum(g.nbytes for g in groups)
         if total <= single_file_limit:
             tensors: dict[str, torch.Tensor] = {}
@@ -190,27 +162,6 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
             (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "chip.json").write_text(json.dumps(chip()) + "\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)   # as mkdir and open would have made them, not
-        for f in tmp.iterdir():         # mkdtemp's 0700 and safetensors' 0600
-            os.chmod(f, 0o666 & ~umask)
-        if out.exists():        # empty, or a previous checkpoint (prepare_output said so)
-            old = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out) + "old-", dir=parent))
-            os.rename(out, old / out.name)
-        os.rename(tmp, out)
-    except BaseException as e:
-        if old is not None and not out.exists():
-            os.rename(old / out.name, out)      # put the previous checkpoint back
-        shutil.rmtree(tmp, ignore_errors=True)
-        reason = write_reason(e)
-        if reason is not None:
-            raise OutputDirError(f"-o {out}: cannot write the checkpoint: {reason} "
-                                 "(nothing was changed)") from None
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return names
 
 

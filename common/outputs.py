@@ -15,6 +15,9 @@ Takes: the path the user asked for. Gives:
   an output is named ``.NAME.deltachip-PID-…``; a command killed outright (SIGKILL, power
   loss) leaves its temporary behind, and the next command writing the same output removes
   those whose process no longer runs.
+- :func:`prepare_dir_output`: the checks before a command builds an output directory (a
+  compiled chip, a merged checkpoint): absent, empty, or one the command wrote before;
+  :func:`building_dir` builds it in a temporary directory and renames it into place.
 - :func:`os_reason` / :func:`write_reason`: the words for why a write failed.
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from common.errors import UserError
 
@@ -178,3 +181,74 @@ def replace_on_success(path: str | Path, label: str = "",
             raise error(f"{label}cannot write {path}: {os_reason(e)}") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def prepare_dir_output(path: str | Path, label: str, error: type[UserError], kind: str,
+                       ours: Callable[[Path, list[str]], bool], mine: Callable[[str], bool],
+                       not_dir: str = "") -> Path:
+    """``path`` as a Path once a command may build directory ``kind`` there: it is absent,
+    an empty directory, or one ``ours(path, entries)`` recognises as written by the command
+    before (then it may be replaced); its parents are created and the folder is writable.
+    Otherwise raises ``error``, naming ``{label}{path}`` and why (a symbolic link, a file
+    (``not_dir`` explains what is written), a folder holding another file: the first name
+    ``mine`` does not claim)."""
+    p = Path(path)
+    if p.is_symlink():
+        raise error(f"{label}{p}: is a symbolic link; give the directory itself")
+    if p.exists():
+        if not p.is_dir():
+            raise error(f"{label}{p}: exists and is not a directory{not_dir}; choose another "
+                        "path")
+        try:
+            entries = sorted(e.name for e in p.iterdir())
+        except OSError as e:
+            raise error(f"{label}{p}: cannot read the directory: {os_reason(e)}") from None
+        if entries and not ours(p, entries):
+            foreign = [e for e in entries if not mine(e)] or entries
+            raise error(f"{label}{p}: directory is not empty and is not a deltachip {kind} "
+                        f"(it holds '{foreign[0]}'); refusing to replace it: choose a new or "
+                        "empty directory")
+    parent = p.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(p)          # what a killed command left beside the output
+        os.rmdir(tempfile.mkdtemp(prefix=temp_name_prefix(p), dir=parent))     # writable?
+    except OSError as e:
+        raise error(f"{label}{p}: cannot write in {parent}: {os_reason(e)}") from None
+    return p
+
+
+@contextmanager
+def building_dir(out: Path, error: type[UserError], failed: str) -> Iterator[Path]:
+    """Yield a new temporary directory beside ``out`` (checked by
+    :func:`prepare_dir_output`). When the block ends normally its folders and files get the
+    modes mkdir and open would have made (not mkdtemp's 0700 and safetensors' 0600) and it is
+    renamed onto ``out``, a previous ``out`` moved aside first (put back if the rename fails,
+    removed after). Otherwise it is removed and ``out`` is as it was; a failed write (a full
+    disk, ...) becomes ``error(f"{failed}: {reason} (nothing was changed)")``."""
+    parent = out.absolute().parent
+    tmp = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
+    old = None
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        for root, _, files in os.walk(tmp):
+            os.chmod(root, 0o777 & ~umask)
+            for f in files:
+                os.chmod(Path(root) / f, 0o666 & ~umask)
+        if out.exists():        # empty, or a previous output (prepare_dir_output said so)
+            old = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out) + "old-", dir=parent))
+            os.rename(out, old / out.name)
+        os.rename(tmp, out)
+    except BaseException as e:
+        if old is not None and not out.exists():
+            os.rename(old / out.name, out)      # put the previous output back
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = write_reason(e)
+        if reason is not None and not isinstance(e, UserError):
+            raise error(f"{failed}: {reason} (nothing was changed)") from None
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)

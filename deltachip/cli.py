@@ -22,7 +22,7 @@ from common.errors import UserError
 from common.outputs import os_reason
 
 # In pipeline order; each is deltachip/commands/<name>.py ('-' in a name is '_' there).
-COMMANDS = ["sim", "check-rules", "firmware", "run", "compile", "check", "explain"]
+COMMANDS = ["sim", "check-rules", "firmware", "run", "compile", "check", "explain", "merge"]
 
 EPILOG = """examples:
   deltachip sim examples/counter/counter.hdl
@@ -32,6 +32,7 @@ EPILOG = """examples:
   deltachip compile examples/counter/counter.hdl -o build/counter
   deltachip check build/counter --steps 64
   deltachip explain build/counter --source examples/counter/counter.hdl:14
+  deltachip merge BASE_DIR build/merged --chip build/counter
 """
 
 

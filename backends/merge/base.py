@@ -1,0 +1,199 @@
+"""The base checkpoint of a merge: read and checked, nothing loaded into memory.
+
+Takes: a local Hugging Face checkpoint directory. Gives: :class:`Base` (its config, its
+weight files with every tensor's dtype, shape and byte range, its tokenizer and generation
+files) or a :class:`~backends.merge.stfile.MergeError` that names what differs from a
+Qwen3.5 text model this merge supports: another model type (the vision-language Qwen3.5
+included), a config transformers refuses, weights in another format, a missing, truncated
+or corrupt shard, or tensors that do not fit the config (missing, mis-shaped, unexpected:
+the expected set is transformers' own ``Qwen3_5ForCausalLM`` built on the meta device).
+Tied and untied word embeddings are both accepted.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.merge.stfile import Header, MergeError, read_header
+from common.inputs import InputTooLarge, read_bounded
+from common.outputs import os_reason
+
+MODEL_TYPE = "qwen3_5_text"
+ARCHITECTURE = "Qwen3_5ForCausalLM"
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+#: files beside the weights that the merged checkpoint carries over (the tokenizer's are
+#: patched with the chip's tokens, the rest copied as they are)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
+                   "chat_template.json")
+OTHER_FILES = ("generation_config.json",)
+#: most bytes read of each JSON file (Qwen's tokenizer.json is about 11 MB)
+JSON_LIMITS = {"config.json": 1 << 20, INDEX: 64 << 20, "tokenizer.json": 256 << 20,
+               "tokenizer_config.json": 64 << 20}
+FLOAT_DTYPES = ("BF16", "F16", "F32")
+#: tensors transformers ignores in a Qwen3.5 text checkpoint (the multi-token-prediction head)
+IGNORED_PREFIXES = ("mtp.",)
+
+
+@dataclass
+class Base:
+    """A checked base checkpoint (see the module docstring)."""
+    path: Path
+    config: dict[str, Any]
+    files: list[Header]                 # weight files, in shard order
+    extra: dict[str, Path]              # tokenizer and generation files present, by name
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+    @property
+    def tied(self) -> bool:
+        return bool(self.config.get("tie_word_embeddings", False))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(h.size for h in self.files)
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path`` (read with the bound for its name); MergeError otherwise."""
+    try:
+        return json.loads(read_bounded(path, JSON_LIMITS.get(path.name, 64 << 20), what))
+    except OSError as e:
+        raise MergeError(f"{path}: cannot read: {os_reason(e)}") from None
+    except InputTooLarge as e:
+        raise MergeError(str(e)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise MergeError(f"{path}: not valid JSON: {e}") from None
+
+
+def read_base(path: str | Path) -> Base:
+    """The checkpoint at ``path``, checked (see the module docstring)."""
+    d = Path(path)
+    if not d.is_dir():
+        raise MergeError(f"base {d}: {'no such directory' if not d.exists() else 'not a directory'}"
+                         " (give a local Qwen3.5 checkpoint directory)")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise MergeError(f"base {d}: no config.json (not a Hugging Face checkpoint directory)")
+    cfg = read_json(cfg_path, "a config.json")
+    if not isinstance(cfg, dict):
+        raise MergeError(f"{cfg_path}: not a JSON object")
+    check_config(cfg, cfg_path)
+    files = _weight_files(d)
+    check_tensors(cfg, files, d)
+    extra = {n: d / n for n in TOKENIZER_FILES + OTHER_FILES if (d / n).is_file()}
+    return Base(d, cfg, files, extra)
+
+
+def check_config(cfg: dict[str, Any], where: Path) -> None:
+    """MergeError unless ``cfg`` is a Qwen3.5 text config transformers accepts."""
+    mt = cfg.get("model_type")
+    if mt == "qwen3_5":
+        raise MergeError(f"{where}: model_type is 'qwen3_5', the vision-language Qwen3.5 "
+                         f"(Qwen3_5ForConditionalGeneration); merge takes the text model "
+                         f"(model_type '{MODEL_TYPE}', {ARCHITECTURE})")
+    if mt != MODEL_TYPE:
+        raise MergeError(f"{where}: model_type is {json.dumps(mt)}, not '{MODEL_TYPE}': merge "
+                         f"takes a Qwen3.5 text checkpoint ({ARCHITECTURE})")
+    arch = cfg.get("architectures")
+    if arch is not None and (not isinstance(arch, list) or ARCHITECTURE not in arch):
+        raise MergeError(f"{where}: architectures is {json.dumps(arch)}, not "
+                         f"['{ARCHITECTURE}']: merge takes a Qwen3.5 text checkpoint")
+    kinds = cfg.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or any(
+            k not in ("linear_attention", "full_attention") for k in kinds)):
+        raise MergeError(f"{where}: layer_types must list 'linear_attention' and "
+                         f"'full_attention' layers, got {json.dumps(kinds)[:200]}")
+    try:
+        text_config(cfg)
+    except (TypeError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise MergeError(f"{where}: transformers refuses this Qwen3.5 config: {first}") from None
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
+        if not isinstance(cfg.get(key), int) or isinstance(cfg.get(key), bool) or cfg[key] < 1:
+            raise MergeError(f"{where}: field '{key}' must be a positive integer, got "
+                             f"{json.dumps(cfg.get(key))}")
+
+
+def text_config(cfg: dict[str, Any]):
+    """transformers' ``Qwen3_5TextConfig`` of ``cfg``."""
+    from transformers import Qwen3_5TextConfig
+    return Qwen3_5TextConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+
+
+def _weight_files(d: Path) -> list[Header]:
+    """The headers of the checkpoint's safetensors files, in shard order."""
+    if (d / SINGLE).is_file():
+        return [read_header(d / SINGLE)]
+    if not (d / INDEX).is_file():
+        other = sorted(p.name for p in d.iterdir() if p.suffix in (".bin", ".pt", ".pth",
+                                                                   ".gguf"))
+        hint = (f" (it holds {other[0]}: convert the checkpoint to safetensors first)"
+                if other else "")
+        raise MergeError(f"base {d}: no {SINGLE} and no {INDEX}{hint}")
+    index = read_json(d / INDEX, "a weight index")
+    wmap = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wmap, dict) or not wmap or not all(
+            isinstance(v, str) and "/" not in v and v not in ("", ".", "..")
+            for v in wmap.values()):
+        raise MergeError(f"{d / INDEX}: corrupt (no weight_map of tensor names to shard files)")
+    names = list(dict.fromkeys(wmap.values()))
+    headers = []
+    for name in names:
+        if not (d / name).is_file():
+            raise MergeError(f"base {d}: shard {name} is missing ({INDEX} names it)")
+        headers.append(read_header(d / name))
+    by_name = {h.path.name: h for h in headers}
+    for tensor, shard in wmap.items():
+        if tensor not in by_name[shard].tensors:
+            raise MergeError(f"{d / shard}: has no tensor {tensor} ({INDEX} puts it there)")
+    seen: dict[str, Path] = {}
+    for h in headers:
+        for t in h.tensors:
+            if t in seen:
+                raise MergeError(f"base {d}: tensor {t} is in two shards ({seen[t].name} and "
+                                 f"{h.path.name})")
+            seen[t] = h.path
+    return headers
+
+
+def expected_tensors(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Every tensor transformers' ``Qwen3_5ForCausalLM`` loads for ``cfg``, with its shape
+    (the lm_head only when untied)."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM
+    with torch.device("meta"):
+        model = Qwen3_5ForCausalLM(text_config(cfg))
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if cfg.get("tie_word_embeddings", False):
+        want.pop("lm_head.weight", None)
+    return want
+
+
+def check_tensors(cfg: dict[str, Any], files: list[Header], d: Path) -> None:
+    """MergeError unless the tensors of ``files`` are exactly what ``cfg`` makes, in a float
+    dtype (an ignored multi-token-prediction head, and a tied lm_head, may be there too)."""
+    want = expected_tensors(cfg)
+    have = {name: (h, t) for h in files for name, t in h.tensors.items()}
+    problems = []
+    for name, shape in want.items():
+        if name not in have:
+            problems.append(f"tensor {name} is missing")
+        elif have[name][1].shape != shape:
+            problems.append(f"tensor {name} is {list(have[name][1].shape)}, config.json makes "
+                            f"it {list(shape)}")
+        elif have[name][1].dtype not in FLOAT_DTYPES:
+            problems.append(f"tensor {name} is {have[name][1].dtype}, not a float type")
+    tied_head = cfg.get("tie_word_embeddings", False) and "lm_head.weight" in have
+    for name in have:
+        if name not in want and not name.startswith(IGNORED_PREFIXES) and not (
+                tied_head and name == "lm_head.weight"):
+            problems.append(f"tensor {name} is not part of a Qwen3.5 text model")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise MergeError(f"base {d}: does not fit its config.json: {problems[0]}{more}")

@@ -1,0 +1,291 @@
+"""A Qwen3.5 text model and a deltachip chip side by side: the routed merge layout.
+
+``deltachip merge`` copies this file into the checkpoint it writes; transformers loads it
+with ``AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)``. It needs torch
+and transformers only (both Qwen3.5 stacks are transformers' own ``Qwen3_5TextModel``).
+
+The vocabulary is the base's (ids ``0 .. chip_token_offset - 1``) followed by the chip's
+(``chip_token_offset + id`` for the chip's token ``id``). Every position is routed by its
+input id:
+
+- a text id goes through the base's layers only, on the base's residual, with the base's
+  cache, exactly as the base model alone would run it; its logits are the base's, the chip's
+  columns are ``-inf``;
+- a chip id goes through the chip's layers only (its own embedding, residual, cache and
+  lm_head), exactly as the chip alone would run it; its logits are the chip's, the base's
+  columns are ``-inf`` (so the argmax is the chip's next token).
+
+The base's cache never sees a chip position and the chip's never sees a text position: a
+text-only input gives the base's logits bit for bit, and the chip gives what it gives alone
+(its memories preloaded from the ROM images stored in the checkpoint). Supported: any mix of
+text and chip positions in one row; in a batch, rows that are text or chip together at each
+position (a text-only batch with left padding included). Not supported: a batch whose rows
+differ in kind at one position, ``inputs_embeds`` with chip positions, ``labels``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import DynamicCache, GenerationMixin
+from transformers.configuration_utils import PreTrainedConfig
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+from transformers.models.qwen3_5.modeling_qwen3_5 import (Qwen3_5PreTrainedModel,
+                                                          Qwen3_5TextModel)
+
+
+class DeltachipRoutedConfig(PreTrainedConfig):
+    """The base's text config, the chip's, and where the chip's ids start."""
+    model_type = "deltachip_routed"
+    sub_configs_defaults = {"base_config": Qwen3_5TextConfig, "chip_config": Qwen3_5TextConfig}
+
+    base_config: dict | PreTrainedConfig | None = None
+    chip_config: dict | PreTrainedConfig | None = None
+    #: the first chip id (the base's vocab_size) and how many chip ids follow
+    chip_token_offset: int = 0
+    chip_vocab_size: int = 0
+    vocab_size: int = 0
+    #: chip decoder layers whose GDN state starts from a stored image (``chip.rom_state_L``)
+    chip_rom_layers: list | None = None
+    #: the base's own tying is ``base_config.tie_word_embeddings``; the merged model ties none
+    tie_word_embeddings: bool = False
+
+
+class RoutedCache:
+    """The base's cache, the chip's, and the kind of every position consumed (same in every
+    row). ``get_seq_length()`` counts all positions, as ``generate()`` expects."""
+
+    is_compileable = False
+
+    def __init__(self, base: DynamicCache, chip: DynamicCache | None = None):
+        self.base = base
+        self.chip = chip
+        self.kinds: list[bool] = []         # True: a chip position
+
+    @property
+    def text_positions(self) -> list[int]:
+        return [i for i, k in enumerate(self.kinds) if not k]
+
+    @property
+    def is_linear(self) -> list[bool]:
+        return self.base.is_linear
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return len(self.kinds)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.base.reorder_cache(beam_idx)
+        if self.chip is not None:
+            self.chip.reorder_cache(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.base.batch_select_indices(indices)
+        if self.chip is not None:
+            self.chip.batch_select_indices(indices)
+
+    def crop(self, max_length: int) -> None:
+        raise NotImplementedError("a routed cache cannot be cropped (its GDN states cannot "
+                                  "be rolled back)")
+
+
+class DeltachipChip(nn.Module):
+    """The chip: transformers' Qwen3.5 text model with its own lm_head, and the initial GDN
+    state of every layer holding a memory image (fp32 bits stored as int32, so loading in
+    another dtype never rounds them)."""
+
+    def __init__(self, config: Qwen3_5TextConfig, rom_layers: list[int]):
+        super().__init__()
+        self.model = Qwen3_5TextModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        shape = (config.linear_num_value_heads, config.linear_key_head_dim,
+                 config.linear_value_head_dim)
+        self.rom_layers = list(rom_layers)
+        for layer in self.rom_layers:
+            self.register_buffer(f"rom_state_{layer}", torch.zeros(shape, dtype=torch.int32))
+
+    def new_cache(self, batch: int) -> DynamicCache:
+        """A cache for ``batch`` streams whose GDN layers are started (recurrent kernel from
+        the first token) with the memory images loaded: what the chip's engine starts from."""
+        cfg = self.model.config
+        dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
+        cache = DynamicCache(config=cfg)
+        nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+        dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        conv_dim = 2 * nk * dk + nv * dv
+        for li, kind in enumerate(cfg.layer_types):
+            if kind != "linear_attention":
+                continue
+            layer = cache.layers[li]
+            layer.lazy_initialization(       # (it allocates the states: filled below)
+                conv_states=torch.zeros(batch, conv_dim, cfg.linear_conv_kernel_dim,
+                                        dtype=dtype, device=device),
+                recurrent_states=torch.zeros(batch, nv, dk, dv, dtype=torch.float32,
+                                             device=device),
+                conv_kernel_size=cfg.linear_conv_kernel_dim)
+            if li in self.rom_layers:
+                layer.recurrent_states[0][:] = getattr(self, f"rom_state_{li}").view(torch.float32)
+            layer.has_previous_state[0] = True
+        return cache
+
+    def forward(self, ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        hidden = self.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state
+        return self.lm_head(hidden)
+
+
+class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
+    """The base's ``model`` and ``lm_head`` (names and tensors as in the base checkpoint)
+    and the chip under ``chip``; see the module docstring for the routing."""
+    config_class = DeltachipRoutedConfig
+    config: DeltachipRoutedConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["Qwen3_5DecoderLayer"]
+    # the base's multi-token-prediction head, and the lm_head a tied base may also store
+    _keys_to_ignore_on_load_unexpected = [r"^mtp\.", r"^lm_head\.weight$"]
+
+    def __init__(self, config: DeltachipRoutedConfig):
+        super().__init__(config)
+        base = config.base_config
+        self.model = Qwen3_5TextModel(base)
+        self.tied = bool(base.tie_word_embeddings)
+        if not self.tied:
+            self.lm_head = nn.Linear(base.hidden_size, base.vocab_size, bias=False)
+        self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [])
+        self.post_init()
+
+    # ---- ids and caches ------------------------------------------------------------------
+    @property
+    def chip_token_offset(self) -> int:
+        return self.config.chip_token_offset
+
+    def new_cache(self, batch: int = 1) -> RoutedCache:
+        """An empty routed cache (the chip's part is made at its first position)."""
+        return RoutedCache(DynamicCache(config=self.config.base_config))
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
+            model_kwargs["cache"] = self.new_cache()
+            return
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs,
+                                                     *args, **kwargs)
+
+    def _base_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.tied:
+            return nn.functional.linear(hidden, self.model.embed_tokens.weight)
+        return self.lm_head(hidden)
+
+    def _widen(self, base_logits: torch.Tensor) -> torch.Tensor:
+        """The base's logits with the chip's columns at -inf."""
+        pad = base_logits.new_full((*base_logits.shape[:-1], self.config.chip_vocab_size),
+                                   float("-inf"))
+        return torch.cat([base_logits, pad], dim=-1)
+
+    # ---- forward ----------------------------------------------------------------------------
+    def forward(self, input_ids: torch.LongTensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                position_ids: torch.LongTensor | None = None,
+                cache: RoutedCache | DynamicCache | None = None,
+                inputs_embeds: torch.Tensor | None = None,
+                labels: torch.LongTensor | None = None,
+                use_cache: bool | None = None,
+                logits_to_keep: int | torch.Tensor = 0,
+                past_key_values: RoutedCache | DynamicCache | None = None,
+                **kwargs) -> CausalLMOutputWithPast:
+        if labels is not None:
+            raise ValueError("the routed deltachip model computes no loss (labels given)")
+        cache = cache if cache is not None else past_key_values
+        if cache is not None and not isinstance(cache, RoutedCache):
+            if cache.get_seq_length() != 0:
+                raise ValueError("give the routed model a RoutedCache (model.new_cache()), "
+                                 "not a filled cache of another kind")
+            cache = RoutedCache(cache)
+        keep = use_cache if use_cache is not None else self.config.base_config.use_cache
+        off = self.config.chip_token_offset
+        chip_here = input_ids is not None and bool((input_ids >= off).any())
+        chip_before = cache is not None and any(cache.kinds)
+        if not chip_here and not chip_before:
+            return self._text(input_ids, attention_mask, position_ids, cache, inputs_embeds,
+                              use_cache, keep, logits_to_keep, **kwargs)
+        if input_ids is None:
+            raise ValueError("inputs_embeds cannot be routed after chip positions: give "
+                             "input_ids")
+        if cache is None:
+            cache = self.new_cache(input_ids.shape[0])
+        logits = self._mixed(input_ids, attention_mask, cache)
+        if isinstance(logits_to_keep, int):
+            logits = logits[:, -logits_to_keep:] if logits_to_keep else logits
+        else:
+            logits = logits[:, logits_to_keep]
+        return CausalLMOutputWithPast(logits=logits, cache=cache if keep else None)
+
+    def _text(self, input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache,
+              keep, logits_to_keep, **kwargs) -> CausalLMOutputWithPast:
+        """Text only, nothing of the chip in the cache: the base's own call, unchanged."""
+        if cache is None and keep:
+            cache = self.new_cache()
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, cache=cache.base if cache else None,
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+        hidden = out.last_hidden_state
+        if isinstance(logits_to_keep, int):
+            hidden = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
+        else:
+            hidden = hidden[:, logits_to_keep]
+        logits = self._widen(self._base_logits(hidden))
+        if cache is not None:
+            n = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+            cache.kinds.extend([False] * n)
+        return CausalLMOutputWithPast(logits=logits, cache=cache if keep else None)
+
+    def _mixed(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               cache: RoutedCache) -> torch.Tensor:
+        """Runs of text positions through the base, runs of chip positions through the chip,
+        in order; every row must be text or chip together at each position."""
+        off = self.config.chip_token_offset
+        is_chip = ids >= off
+        if bool((is_chip != is_chip[:1]).any()):
+            raise ValueError("rows of a batch must be text or chip positions together: run "
+                             "rows that differ one at a time")
+        if attention_mask is not None and attention_mask.ndim != 2:
+            raise ValueError("after chip positions the attention mask must be 2-D [batch, "
+                             "positions]")
+        kinds = is_chip[0].tolist()
+        B, T = ids.shape
+        logits = None
+        s = 0
+        while s < T:
+            e = s
+            while e < T and kinds[e] == kinds[s]:
+                e += 1
+            if kinds[s]:
+                if cache.chip is None:
+                    cache.chip = self.chip.new_cache(B)
+                part = self.chip(ids[:, s:e] - off, cache.chip)
+                lo, hi = off, off + self.config.chip_vocab_size
+            else:
+                part = self._base_run(ids[:, s:e], attention_mask, cache)
+                lo, hi = 0, off
+            if logits is None:
+                logits = part.new_full((B, T, off + self.config.chip_vocab_size),
+                                       float("-inf"))
+            logits[:, s:e, lo:hi] = part.to(logits.dtype)
+            cache.kinds.extend([kinds[s]] * (e - s))
+            s = e
+        return logits
+
+    def _base_run(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  cache: RoutedCache) -> torch.Tensor:
+        """One run of text positions through the base: its mask is the mask's text columns,
+        its positions count text positions only."""
+        n = ids.shape[1]
+        mask = position_ids = None
+        if attention_mask is not None:
+            past = len(cache.kinds)
+            cols = cache.text_positions + list(range(past, past + n))
+            mask = attention_mask[:, cols]
+            position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, -n:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                         cache=cache.base, use_cache=True)
+        return self._base_logits(out.last_hidden_state)
+
+
+__all__ = ["DeltachipRoutedConfig", "DeltachipRoutedForCausalLM", "RoutedCache"]

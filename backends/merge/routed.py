@@ -1,0 +1,348 @@
+"""The routed merge: a Qwen3.5 text base and a compiled chip, side by side in one checkpoint.
+
+Takes: a base directory (:mod:`backends.merge.base`), a directory written by ``deltachip
+compile``, an output path. Gives: OUT_DIR with
+
+- ``config.json``: model_type ``deltachip_routed`` with ``auto_map`` to the shipped
+  ``modeling_deltachip.py`` (load with ``trust_remote_code=True``), the base's config as
+  ``base_config``, the chip's as ``chip_config``, ``chip_token_offset`` (the base's
+  vocab_size: chip token ``i`` is id ``offset + i``) and ``chip_vocab_size``;
+- the weights: every base shard copied byte for byte (renamed ``model-0000i-of-0000N``; a
+  single-file base becomes shard 1), then one shard per chip weight file with the chip's
+  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``, ``chip.lm_head.weight``)
+  and the initial GDN state of each layer holding a memory image (``chip.rom_state_L``, fp32
+  bits as int32), and ``model.safetensors.index.json``;
+- the base's tokenizer files with one special token per chip id (``<|chip:KIND:PAYLOAD|>``,
+  ``<|chip:KIND|>`` for a kind without payload) placed at its id; text tokenizes as before;
+  ``generation_config.json`` copied;
+- ``deltachip.json`` (the manifest: format, layout, the chip's name and hashes, the base,
+  the token range), ``deltachip/chip.json`` (the chip's own, byte for byte) and
+  ``deltachip/roms/NAME.hex`` (each memory image, one hex word a line).
+
+Everything is checked before a byte is written; the output is built in a temporary
+directory beside OUT_DIR, one tensor's chunk in memory at a time, and renamed into place at
+the end: a bad base, a full disk or an interrupt leaves nothing half-written, and BASE_DIR
+and the chip directory are only read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
+from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
+                                   write_file)
+from common.outputs import building_dir, os_reason, prepare_dir_output
+
+FORMAT = "deltachip-merge"
+FORMAT_VERSION = 1
+MANIFEST = "deltachip.json"
+MODELING = "modeling_deltachip.py"
+MODEL_TYPE = "deltachip_routed"
+#: what may be in a directory this command wrote (besides shards), so it may be replaced
+OURS = {"config.json", INDEX, MANIFEST, MODELING, "deltachip", "generation_config.json",
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+        "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json"}
+#: room kept free on the output's disk beyond the checkpoint's size
+DISK_MARGIN = 64 << 20
+DTYPE_NAMES = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+@dataclass
+class MergeReport:
+    out: Path
+    base_bytes: int
+    out_bytes: int
+    chip_bytes: int
+    seconds: float
+    shards: list[str] = field(default_factory=list)
+    chip_tokens: int = 0
+    token_offset: int = 0
+
+
+def shard_name(i: int, n: int) -> str:
+    return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+
+
+def chip_token_names(chip: dict[str, Any]) -> list[str]:
+    """The name of every chip id: ``<|chip:KIND:PAYLOAD|>`` (``<|chip:KIND|>`` for a kind
+    without payload; an id no kind covers: ``<|chip:#ID|>``)."""
+    vocab = chip["tokens"]["vocab"]
+    names: list[str | None] = [None] * vocab
+    for k in chip["tokens"]["kinds"]:
+        bits, off = k["payload_bits"], k["offset"]
+        if bits == 0:
+            names[off] = f"<|chip:{k['name']}|>"
+        else:
+            for p in range(1 << bits):
+                names[off + p] = f"<|chip:{k['name']}:{p}|>"
+    return [n if n is not None else f"<|chip:#{i}|>" for i, n in enumerate(names)]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _inside(a: Path, b: Path) -> bool:
+    """Whether path ``a`` is ``b`` or lies below it (both resolved)."""
+    a, b = a.resolve(), b.resolve()
+    return a == b or b in a.parents
+
+
+def prepare_output(out: Path, base: Path, chip: Path) -> Path:
+    """``out`` once it is safe to build there: not the base or the chip directory, neither
+    inside the other, and absent, empty or a previous merge output."""
+    for what, d in (("base", base), ("chip", chip)):
+        if _inside(out, d) or _inside(d, out):
+            how = "is" if _inside(out, d) and _inside(d, out) else "overlaps"
+            raise MergeError(f"OUT_DIR {out}: {how} the {what} directory {d}; merge never "
+                             "writes there: choose another path")
+    return prepare_dir_output(out, "OUT_DIR ", MergeError, "merge", _is_merge,
+                              lambda e: e in OURS or e.endswith(".safetensors"))
+
+
+def _is_merge(d: Path, entries: list[str]) -> bool:
+    if MANIFEST not in entries or not all(e in OURS or e.endswith(".safetensors")
+                                          for e in entries):
+        return False
+    try:
+        m = json.loads((d / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(m, dict) and m.get("format") == FORMAT
+
+
+@dataclass
+class _Chip:
+    """What the merge takes from a compiled chip directory."""
+    path: Path
+    chip: dict[str, Any]
+    config: dict[str, Any]
+    files: list            # Headers of its weight files
+    rom_states: dict[int, bytes]
+    rom_shape: tuple[int, int, int]
+    chip_json: bytes
+
+
+def _read_chip(path: Path, dtype: str | None) -> _Chip:
+    """The chip at ``path``, checked as every engine checks it (ChipDirError otherwise)."""
+    import torch
+    from backends.checkpoint import weights_file
+    from backends.engine import ChipEngine
+    eng = ChipEngine(path)
+    compiled = eng.chip["dtype"]
+    if dtype is not None and dtype != compiled:
+        raise MergeError(f"chip {path} was compiled for {compiled}, not {dtype}: its exactness "
+                         f"holds in {compiled} only; recompile it with `deltachip compile "
+                         f"--dtype {dtype}` or merge with --dtype {compiled}")
+    wf = weights_file(path)
+    if wf.name == SINGLE:
+        files = [read_header(wf)]
+    else:
+        index = read_json(wf, "a weight index")
+        files = [read_header(path / n) for n in dict.fromkeys(index["weight_map"].values())]
+    cfg = dict(eng.chip["config"])
+    nv, dk, dv = (cfg["linear_num_value_heads"], cfg["linear_key_head_dim"],
+                  cfg["linear_value_head_dim"])
+    states: dict[int, bytes] = {}
+    for layer, heads in sorted(eng.rom_states(eng.roms).items()):
+        full = torch.zeros(nv, dk, dv, dtype=torch.float32)
+        for vh, st in heads.items():
+            full[vh] = st
+        states[layer] = full.view(torch.int32).numpy().tobytes()
+    return _Chip(path, eng.chip, cfg, files, states, (nv, dk, dv),
+                 (path / "chip.json").read_bytes())
+
+
+def _chip_name(name: str) -> str:
+    return "chip." + name
+
+
+def _patch_tokenizer(tok: dict[str, Any], names: list[str], offset: int, where: Path
+                     ) -> dict[str, Any]:
+    """tokenizer.json with ``names[i]`` a special token of id ``offset + i``: in the
+    model's vocabulary (so the id is kept; no merge or word ever produces it) and in
+    ``added_tokens``."""
+    model = tok.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(vocab, dict):
+        kind = model.get("type") if isinstance(model, dict) else None
+        raise MergeError(f"{where}: a {kind or 'tokenizer'} model without a vocabulary map; "
+                         "merge adds chip tokens to BPE, WordLevel and WordPiece tokenizers")
+    added = tok.setdefault("added_tokens", [])
+    taken = set(vocab) | {a.get("content") for a in added}
+    clash = next((n for n in names if n in taken), None)
+    if clash is not None:
+        raise MergeError(f"{where}: already has a token {clash}: merge one chip per base")
+    top = max([*vocab.values(), *(a.get("id", -1) for a in added)], default=-1)
+    if top >= offset:
+        raise MergeError(f"{where}: has token id {top}, not below the model's vocab_size "
+                         f"{offset}, where the chip's ids begin")
+    for i, n in enumerate(names):
+        vocab[n] = offset + i
+        added.append({"id": offset + i, "content": n, "single_word": False, "lstrip": False,
+                      "rstrip": False, "normalized": False, "special": True})
+    return tok
+
+
+def _patch_tokenizer_config(cfg: dict[str, Any], names: list[str], offset: int
+                            ) -> dict[str, Any]:
+    dec = cfg.get("added_tokens_decoder")
+    if isinstance(dec, dict):
+        for i, n in enumerate(names):
+            dec[str(offset + i)] = {"content": n, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True}
+    return cfg
+
+
+def _rom_hex(words: list[int], width: int) -> str:
+    digits = max(1, -(-width // 4))
+    return "".join(f"{w:0{digits}x}\n" for w in words)
+
+
+def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
+                 dtype: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> MergeReport:
+    """Write the routed merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
+    the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's."""
+    t0 = time.perf_counter()
+    say = progress or (lambda s: None)
+    base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
+    say("reading the base")
+    base = read_base(base_dir)
+    say("reading the chip")
+    chip = _read_chip(chip_dir, dtype)
+    dtype = chip.chip["dtype"]
+    prepare_output(out, base_dir, chip_dir)
+    names = chip_token_names(chip.chip)
+    offset = base.vocab_size
+    texts = _text_files(base, names, offset)
+
+    # the shards: the base's as they are, then one per chip weight file
+    chip_shards: list[list[OutTensor]] = []
+    for h in chip.files:
+        chip_shards.append([OutTensor(_chip_name(t.name), t.dtype, t.shape, t.nbytes, h.path,
+                                      t.begin) for t in sorted(h.tensors.values(),
+                                                               key=lambda t: t.begin)])
+    nv, dk, dv = chip.rom_shape
+    chip_shards[-1] += [OutTensor(f"chip.rom_state_{layer}", "I32", (nv, dk, dv), len(b),
+                                  data=b) for layer, b in chip.rom_states.items()]
+    n = len(base.files) + len(chip_shards)
+    names_out = [shard_name(i, n) for i in range(n)]
+    meta = {"format": "pt"}
+    sizes = [h.size for h in base.files] + [file_size(s, meta) for s in chip_shards]
+    need = sum(sizes) + sum(len(b) for b in texts.values()) + DISK_MARGIN
+    parent = out.absolute().parent
+    free = shutil.disk_usage(parent).free
+    if free < need:
+        raise MergeError(f"OUT_DIR {out}: needs {need / 2**30:.2f} GiB, {parent} has "
+                         f"{free / 2**30:.2f} GiB free (nothing was written)")
+
+    with building_dir(out, MergeError, f"OUT_DIR {out}: cannot write the merged checkpoint"
+                      ) as tmp:
+        weight_map: dict[str, str] = {}
+        for i, h in enumerate(base.files):
+            say(f"copying base shard {i + 1} of {len(base.files)}")
+            copy_file(h.path, tmp / names_out[i], h.size)
+            weight_map.update(dict.fromkeys(h.tensors, names_out[i]))
+        for j, tensors in enumerate(chip_shards):
+            say(f"writing chip shard {j + 1} of {len(chip_shards)}")
+            name = names_out[len(base.files) + j]
+            write_file(tmp / name, tensors, meta)
+            weight_map.update(dict.fromkeys((t.name for t in tensors), name))
+        index = {"metadata": {"total_size": sum(sizes)}, "weight_map": weight_map}
+        (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(
+            _config(base, chip, offset, len(names), dtype), indent=2) + "\n")
+        shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
+        for fname, data in texts.items():
+            (tmp / fname).write_bytes(data)
+        (tmp / "deltachip" / "roms").mkdir(parents=True)
+        (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
+        roms = {}
+        for mem, words in sorted(chip.chip["roms"].items()):
+            roms[mem] = f"deltachip/roms/{mem}.hex"
+            (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
+        (tmp / MANIFEST).write_text(json.dumps(
+            _manifest(base, chip, offset, names, dtype, roms), indent=2) + "\n")
+    return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
+                       sum(sizes[len(base.files):]), time.perf_counter() - t0, names_out,
+                       len(names), offset)
+
+
+def _text_files(base: Base, names: list[str], offset: int) -> dict[str, bytes]:
+    """The tokenizer and generation files of the output, by name (patched or copied)."""
+    out: dict[str, bytes] = {}
+    for fname, p in base.extra.items():
+        if fname == "tokenizer.json":
+            tok = read_json(p, "a tokenizer.json")
+            if not isinstance(tok, dict):
+                raise MergeError(f"{p}: not a JSON object")
+            out[fname] = json.dumps(_patch_tokenizer(tok, names, offset, p),
+                                    ensure_ascii=False).encode()
+        elif fname == "tokenizer_config.json":
+            cfg = read_json(p, "a tokenizer_config.json")
+            if not isinstance(cfg, dict):
+                raise MergeError(f"{p}: not a JSON object")
+            out[fname] = json.dumps(_patch_tokenizer_config(cfg, names, offset), indent=2,
+                                    ensure_ascii=False).encode()
+        else:
+            try:
+                out[fname] = p.read_bytes()
+            except OSError as e:
+                raise MergeError(f"{p}: cannot read: {os_reason(e)}") from None
+    if "tokenizer_config.json" in out and "tokenizer.json" not in out:
+        raise MergeError(f"base {base.path}: has a tokenizer without tokenizer.json; merge adds "
+                         "the chip's tokens to a fast tokenizer's tokenizer.json")
+    return out
+
+
+def _config(base: Base, chip: _Chip, offset: int, count: int, dtype: str) -> dict[str, Any]:
+    cfg = {
+        "model_type": MODEL_TYPE,
+        "architectures": ["DeltachipRoutedForCausalLM"],
+        "auto_map": {"AutoConfig": "modeling_deltachip.DeltachipRoutedConfig",
+                     "AutoModelForCausalLM": "modeling_deltachip.DeltachipRoutedForCausalLM"},
+        "base_config": base.config,
+        "chip_config": chip.config,
+        "chip_token_offset": offset,
+        "chip_vocab_size": count,
+        "vocab_size": offset + count,
+        "chip_rom_layers": sorted(chip.rom_states),
+        "tie_word_embeddings": False,
+        "dtype": DTYPE_NAMES[dtype],
+    }
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if key in base.config:
+            cfg[key] = base.config[key]
+    return cfg
+
+
+def _manifest(base: Base, chip: _Chip, offset: int, names: list[str], dtype: str,
+              roms: dict[str, str]) -> dict[str, Any]:
+    c = chip.chip
+    circuit = json.dumps(c["circuit"], sort_keys=True, separators=(",", ":")).encode()
+    from deltachip import __version__
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "layout": "routed",
+        "deltachip_version": __version__, "dtype": dtype,
+        "chip": {"name": c["circuit"]["name"], "sources": c["circuit"]["files"],
+                 "circuit_sha256": _sha256(circuit),
+                 "chip_json_sha256": _sha256(chip.chip_json),
+                 "from": str(chip.path.resolve()), "target": c["target"]["name"],
+                 "layers": c["shapes"]["layers"], "hidden": c["shapes"]["hidden"],
+                 "chip_json": "deltachip/chip.json", "roms": roms},
+        "tokens": {"offset": offset, "count": len(names), "first": names[0],
+                   "last": names[-1], "names": "<|chip:KIND:PAYLOAD|>, <|chip:KIND|>"},
+        "base": {"from": str(base.path.resolve()), "vocab_size": base.vocab_size,
+                 "hidden_size": base.config["hidden_size"],
+                 "layers": base.config["num_hidden_layers"],
+                 "tie_word_embeddings": base.tied,
+                 "config_sha256": _sha256(json.dumps(base.config, sort_keys=True).encode()),
+                 "weight_files": [h.path.name for h in base.files]},
+    }

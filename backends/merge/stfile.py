@@ -1,0 +1,170 @@
+"""safetensors files read and written as bytes, one tensor at a time.
+
+Takes: a ``.safetensors`` path. Gives: :func:`read_header` (every tensor's dtype, shape and
+byte range, checked against the file's size, so a truncated or corrupt file is a
+:class:`MergeError` naming it before anything is written), :func:`copy_file` (the file,
+byte for byte, in bounded chunks) and :func:`write_file` (a new file whose tensors are
+byte ranges of other files or bytes in memory, streamed: at most one chunk in memory).
+The format: an 8-byte little-endian header length, a JSON header ``{name: {"dtype",
+"shape", "data_offsets": [begin, end]}, "__metadata__": {...}}`` padded with spaces to 8
+bytes, then the data; offsets count from the end of the header.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Sequence
+
+from common.errors import UserError
+from common.outputs import os_reason
+
+#: bytes per element of each safetensors dtype
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2,
+               "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+#: the largest header read (a 4B-parameter shard's header is a few tens of KB)
+MAX_HEADER = 100 << 20
+#: bytes copied per read
+CHUNK = 16 << 20
+
+
+class MergeError(UserError):
+    """A merge that cannot be done: bad base, chip or output (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors file: ``begin``/``end`` are absolute file offsets."""
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+@dataclass(frozen=True)
+class Header:
+    path: Path
+    tensors: dict[str, TensorEntry]
+    metadata: dict[str, str]
+    size: int                   # the file's size in bytes
+
+
+def read_header(path: Path) -> Header:
+    """The tensors of safetensors file ``path``; MergeError when it is unreadable, not a
+    safetensors file, or shorter than its header says (truncated)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            head = f.read(8)
+            if len(head) < 8:
+                raise MergeError(f"{path}: truncated or not a safetensors file ({size} bytes)")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER or 8 + n > size:
+                raise MergeError(f"{path}: corrupt or truncated (its header claims {n:,} bytes, "
+                                 f"the file has {size:,})")
+            raw = f.read(n)
+    except OSError as e:
+        raise MergeError(f"{path}: cannot read: {os_reason(e)}") from None
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise MergeError(f"{path}: corrupt (its header is not JSON: {e})") from None
+    if not isinstance(header, dict):
+        raise MergeError(f"{path}: corrupt (its header is not a JSON object)")
+    meta = header.pop("__metadata__", None) or {}
+    start = 8 + n
+    tensors: dict[str, TensorEntry] = {}
+    spans = []
+    for name, d in header.items():
+        try:
+            dtype, shape, (b, e) = d["dtype"], tuple(d["shape"]), d["data_offsets"]
+            ok = (dtype in DTYPE_BYTES and all(isinstance(x, int) and x >= 0 for x in shape)
+                  and isinstance(b, int) and isinstance(e, int)
+                  and e - b == math.prod(shape) * DTYPE_BYTES[dtype] and 0 <= b <= e)
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise MergeError(f"{path}: corrupt (tensor {name}: bad dtype, shape or offsets)")
+        tensors[name] = TensorEntry(name, dtype, shape, start + b, start + e)
+        spans.append((b, e))
+    spans.sort()
+    end = 0
+    for b, e in spans:
+        if b != end:
+            raise MergeError(f"{path}: corrupt (tensor data overlaps or leaves a gap at byte "
+                             f"{start + end:,})")
+        end = e
+    if start + end > size:
+        raise MergeError(f"{path}: truncated (its header needs {start + end:,} bytes, the file "
+                         f"has {size:,})")
+    return Header(Path(path), tensors, dict(meta), size)
+
+
+def copy_file(src: Path, dst: Path, size: int) -> None:
+    """Copy ``size`` bytes of ``src`` (all of it) to a new file ``dst``; MergeError when
+    ``src`` ends early (it changed since it was checked)."""
+    with open(src, "rb") as fi, open(dst, "xb") as fo:
+        _copy(fi, fo, size, src)
+
+
+def _copy(fi: BinaryIO, fo: BinaryIO, n: int, src: Path) -> None:
+    while n > 0:
+        buf = fi.read(min(CHUNK, n))
+        if not buf:
+            raise MergeError(f"{src}: ended early while copying (was it changed during the "
+                             "merge?)")
+        fo.write(buf)
+        n -= len(buf)
+
+
+@dataclass(frozen=True)
+class OutTensor:
+    """A tensor to write: its bytes are ``data`` or bytes ``begin:end`` of file ``src``."""
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    src: Path | None = None
+    begin: int = 0
+    data: bytes | None = None
+
+
+def file_size(tensors: Sequence[OutTensor], metadata: dict[str, str]) -> int:
+    """The size of the file :func:`write_file` makes of ``tensors``."""
+    return 8 + len(_header_bytes(tensors, metadata)) + sum(t.nbytes for t in tensors)
+
+
+def _header_bytes(tensors: Sequence[OutTensor], metadata: dict[str, str]) -> bytes:
+    header: dict[str, object] = {"__metadata__": metadata}
+    pos = 0
+    for t in tensors:
+        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape),
+                          "data_offsets": [pos, pos + t.nbytes]}
+        pos += t.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return raw + b" " * (-len(raw) % 8)
+
+
+def write_file(dst: Path, tensors: Sequence[OutTensor], metadata: dict[str, str]) -> None:
+    """A new safetensors file ``dst`` holding ``tensors`` in order, their bytes copied from
+    their sources chunk by chunk."""
+    raw = _header_bytes(tensors, metadata)
+    with open(dst, "xb") as fo:
+        fo.write(struct.pack("<Q", len(raw)))
+        fo.write(raw)
+        for t in tensors:
+            if t.data is not None:
+                fo.write(t.data)
+                continue
+            assert t.src is not None
+            with open(t.src, "rb") as fi:
+                fi.seek(t.begin)
+                _copy(fi, fo, t.nbytes, t.src)

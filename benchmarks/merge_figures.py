@@ -1,0 +1,101 @@
+"""Figures of the routed merge: output size vs base, merge time and peak RSS, load time.
+
+Builds a random Qwen3.5 text base with Qwen3.5-4B's shapes (hidden 2560, vocab 248,320,
+GDN 16x128 / 32x128 heads, MLP 9216, full attention every 4th layer) but only ``--layers``
+layers, written tensor by tensor in ``--shards`` shards (nothing is downloaded), compiles
+the counter example, runs ``deltachip merge`` in a child process under ``/usr/bin/time -v``
+and loads both checkpoints in transformers.
+
+    python benchmarks/merge_figures.py --layers 4 --dir /tmp/merge-figures
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = dict(vocab_size=248320, hidden_size=2560, intermediate_size=9216,
+              num_attention_heads=16, num_key_value_heads=4, head_dim=256,
+              linear_num_key_heads=16, linear_key_head_dim=128, linear_num_value_heads=32,
+              linear_value_head_dim=128, linear_conv_kernel_dim=4, tie_word_embeddings=True,
+              full_attention_interval=4)
+
+
+def build_base(d: Path, layers: int, shards: int) -> None:
+    from safetensors.torch import save_file
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    from tests.merge.bases import make_tokenizer
+    cfg = Qwen3_5TextConfig(num_hidden_layers=layers, layer_types=[
+        "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        **SHAPES)
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in Qwen3_5ForCausalLM(cfg).state_dict().items()
+                  if k != "lm_head.weight"}
+    d.mkdir(parents=True)
+    names = sorted(shapes)
+    per = -(-len(names) // shards)
+    wmap, total = {}, 0
+    for i in range(shards):
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {k: (torch.randn(shapes[k]) * 0.02).to(torch.bfloat16)
+                for k in names[i * per:(i + 1) * per]}
+        save_file(part, str(d / fname), metadata={"format": "pt"})
+        total += sum(t.numel() * 2 for t in part.values())
+        wmap.update(dict.fromkeys(part, fname))
+        del part
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": wmap}))
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    cfg.save_pretrained(str(d))
+    make_tokenizer(d)
+
+
+def load_seconds(path: Path, remote: bool) -> float:
+    code = ("import time,torch;from transformers import AutoModelForCausalLM as A;"
+            "t=time.perf_counter();"
+            f"A.from_pretrained({str(path)!r},dtype=torch.bfloat16,trust_remote_code={remote});"
+            f"print(time.perf_counter()-t)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(r.stdout.split()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/merge-figures"))
+    a = ap.parse_args()
+    shutil.rmtree(a.dir, ignore_errors=True)
+    t = time.perf_counter()
+    build_base(a.dir / "base", a.layers, a.shards)
+    print(f"base built in {time.perf_counter() - t:.1f} s")
+    subprocess.run([sys.executable, "-m", "deltachip", "compile",
+                    str(ROOT / "examples/counter/counter.hdl"), "-o", str(a.dir / "counter")],
+                   check=True, capture_output=True)
+    r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "deltachip", "merge",
+                        str(a.dir / "base"), str(a.dir / "merged"), "--chip",
+                        str(a.dir / "counter")], capture_output=True, text=True, check=True)
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time.*: (\S+)", r.stderr).group(1)
+    size = lambda p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())  # noqa: E731
+    base, out = size(a.dir / "base"), size(a.dir / "merged")
+    print(r.stdout.strip())
+    print(f"base {base:,} bytes, merged {out:,} bytes ({out / base:.4f}x, +{out - base:,})")
+    print(f"merge: wall {wall}, peak RSS {rss / 1024:.0f} MiB (whole process, python and torch "
+          f"included)")
+    print(f"load (bf16): base {load_seconds(a.dir / 'base', False):.1f} s, merged "
+          f"{load_seconds(a.dir / 'merged', True):.1f} s")
+
+
+if __name__ == "__main__":
+    main()

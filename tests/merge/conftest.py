@@ -1,0 +1,70 @@
+"""Fixtures of the merge tests: tiny Qwen3.5 bases and compiled chips, built once a session
+(nothing is downloaded), and their merges."""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.merge.bases import make_base
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    """'tied' and 'untied' single-file bases, 'sharded' (untied, 11 shards with an index)."""
+    d = tmp_path_factory.mktemp("bases")
+    return {"tied": make_base(d / "tied", tied=True, seed=1),
+            "untied": make_base(d / "untied", tied=False, seed=2),
+            "sharded": make_base(d / "sharded", tied=False, seed=3, shard_bytes=400_000)}
+
+
+@pytest.fixture(scope="session")
+def chips(tmp_path_factory) -> dict[str, Path]:
+    """Compiled examples: the counter in bf16 and fp32, the stack machine (a ROM) in bf16."""
+    import deltachip
+    d = tmp_path_factory.mktemp("chips")
+    out = {}
+    for name, src, dtype in (("counter", "counter/counter.hdl", "bf16"),
+                             ("counter32", "counter/counter.hdl", "fp32"),
+                             ("stack", "stack_machine/stack_machine.hdl", "bf16")):
+        circuit = deltachip.load(str(ROOT / "examples" / src))
+        out[name] = deltachip.compile(circuit, target="compact", dtype=dtype).save(d / name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def merged(tmp_path_factory, bases, chips):
+    """merged(base, chip) -> OUT_DIR, each pair merged once a session."""
+    from backends.merge.routed import merge_routed
+    d = tmp_path_factory.mktemp("merged")
+    done: dict[tuple[str, str], Path] = {}
+
+    def get(base: str, chip: str) -> Path:
+        if (base, chip) not in done:
+            out = d / f"{base}-{chip}"
+            merge_routed(bases[base], out, chips[chip])
+            done[base, chip] = out
+        return done[base, chip]
+    return get
+
+
+def load(path: Path, dtype: torch.dtype, remote: bool = True):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
+                                                 trust_remote_code=remote)
+    return m.eval()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _offline():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(1)
