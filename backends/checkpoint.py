@@ -7,6 +7,9 @@ so a mismatch is caught) and the weights in one of Hugging Face's two layouts:
 ``model-0000i-of-0000N.safetensors`` shard per :class:`WeightGroup` (the embedding, each
 decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
 {"total_size": bytes}, "weight_map": {tensor: shard}}``). ``from_pretrained`` loads either.
+``manifest.json`` records the size and sha256 digest of every other file
+(:mod:`backends.manifest`); a core cache entry may also hold ``verified.json``, the stamp
+of its last check.
 
 - :func:`prepare_output` takes the ``-o`` path and returns it as a Path once it is safe to
   write: absent, an empty directory, or a previous deltachip checkpoint (nothing else is ever
@@ -15,12 +18,15 @@ decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
   (named by :func:`common.outputs.temp_name_prefix`, so a killed compile's leftovers are
   swept by the next one), one group's tensors in memory at a time, and renames it into
   place, so a failed or interrupted compile leaves what was there untouched; a full disk or
-  another OS error is an OutputDirError naming the path and the reason.
+  another OS error is an OutputDirError naming the path and the reason. The manifest is
+  written last, from the files read back.
 - :func:`load_chip_json`, :func:`check_config` and :func:`check_weights_file` read a directory
   back and raise :class:`ChipDirError` (exit 2) for a missing directory or file (a shard
   included), a corrupt or truncated one, a chip.json that breaks the schema
   (:mod:`backends.chipschema`, naming the field), an older format ("recompile") or a
-  config.json that does not match.
+  config.json that does not match; :func:`check_digests` raises it for a file that differs
+  from the manifest (a directory without one, written before deltachip wrote them, is not
+  checked).
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from backends import manifest
 from backends.chipschema import SchemaError, check_chip
 from backends.target import json_kind
 from common.errors import UserError
@@ -81,11 +88,19 @@ class WeightGroup:
 
 
 class ChipDirError(UserError):
-    """The directory is not a compiled chip this version can run."""
+    """The directory is not a compiled chip this version can run. ``damage``: whether what
+    the directory holds is at fault (True), or it is whole and the engine cannot run it
+    (False: :class:`backends.fast.model.FastRefused`), so rewriting it would not help."""
+    damage = True
 
 
 class OutputDirError(UserError):
-    """The ``-o`` path cannot take a checkpoint without destroying something."""
+    """The ``-o`` path cannot take a checkpoint without destroying something: ``-o PATH:
+    REASON`` (``path`` and ``reason`` are kept, for callers that word it their own way)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"-o {path}: {reason}")
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -106,7 +121,8 @@ def _read_json(path: Path, what: str) -> Any:
 
 def _ours(name: str) -> bool:
     """Whether ``name`` is a file a checkpoint directory may hold (either layout)."""
-    return name in FILES or name == INDEX or SHARD_RE.fullmatch(name) is not None
+    return (name in FILES or name in (INDEX, manifest.MANIFEST, manifest.STAMP)
+            or SHARD_RE.fullmatch(name) is not None)
 
 
 def _is_checkpoint(d: Path, entries: list[str]) -> bool:
@@ -126,19 +142,19 @@ def prepare_output(path: str | Path) -> Path:
     directories are created. Raises OutputDirError naming the path and the reason."""
     p = Path(path)
     if p.is_symlink():
-        raise OutputDirError(f"-o {p}: is a symbolic link; give the directory itself")
+        raise OutputDirError(p, "is a symbolic link; give the directory itself")
     if p.exists():
         if not p.is_dir():
-            raise OutputDirError(f"-o {p}: exists and is not a directory (compile writes a "
+            raise OutputDirError(p, "exists and is not a directory (compile writes a "
                                  "directory: config.json, model.safetensors, chip.json); "
                                  "choose another path")
         try:
             entries = sorted(e.name for e in p.iterdir())
         except OSError as e:
-            raise OutputDirError(f"-o {p}: cannot read the directory: {os_reason(e)}") from None
+            raise OutputDirError(p, f"cannot read the directory: {os_reason(e)}") from None
         if entries and not _is_checkpoint(p, entries):
             foreign = [e for e in entries if not _ours(e)] or entries
-            raise OutputDirError(f"-o {p}: directory is not empty and is not a deltachip "
+            raise OutputDirError(p, "directory is not empty and is not a deltachip "
                                  f"checkpoint (it holds '{foreign[0]}'); refusing to replace "
                                  "it: choose a new or empty directory")
     parent = p.absolute().parent
@@ -147,7 +163,7 @@ def prepare_output(path: str | Path) -> Path:
         sweep_stale(p)          # what a killed compile left beside -o
         os.rmdir(tempfile.mkdtemp(prefix=temp_name_prefix(p), dir=parent))     # writable?
     except OSError as e:
-        raise OutputDirError(f"-o {p}: cannot write in {parent}: {os_reason(e)}") from None
+        raise OutputDirError(p, f"cannot write in {parent}: {os_reason(e)}") from None
     return p
 
 
@@ -190,6 +206,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
             (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "chip.json").write_text(json.dumps(chip()) + "\n")
+        manifest.write(tmp, [f.name for f in tmp.iterdir()])     # last: what is on the disk
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)   # as mkdir and open would have made them, not
@@ -205,7 +222,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
         shutil.rmtree(tmp, ignore_errors=True)
         reason = write_reason(e)
         if reason is not None:
-            raise OutputDirError(f"-o {out}: cannot write the checkpoint: {reason} "
+            raise OutputDirError(out, f"cannot write the checkpoint: {reason} "
                                  "(nothing was changed)") from None
         raise
     finally:
@@ -309,3 +326,16 @@ def check_weights_file(path: str | Path) -> None:
             raise ChipDirError(f"{sf}: has no tensor {lost[0]} ({INDEX} puts it there): "
                                f"{RECOMPILE}")
 
+
+
+def check_digests(path: str | Path) -> None:
+    """ChipDirError when checkpoint ``path`` has a manifest.json and a file it lists is
+    missing or differs from it in size or digest (:func:`backends.manifest.problem`, which
+    reads a file again only when its stamp, if any, no longer matches); nothing is checked
+    in a directory without a manifest."""
+    d = Path(path)
+    if not os.path.lexists(d / manifest.MANIFEST):
+        return
+    why = manifest.problem(d)
+    if why is not None:
+        raise ChipDirError(f"{d}: {why}: {RECOMPILE}")
