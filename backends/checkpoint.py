@@ -7,6 +7,9 @@ so a mismatch is caught) and the weights in one of Hugging Face's two layouts:
 ``model-0000i-of-0000N.safetensors`` shard per :class:`WeightGroup` (the embedding, each
 decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
 {"total_size": bytes}, "weight_map": {tensor: shard}}``). ``from_pretrained`` loads either.
+``manifest.json`` records the size and sha256 digest of every other file
+(:mod:`backends.manifest`); a core cache entry may also hold ``verified.json``, the stamp
+of its last check.
 
 - :func:`prepare_output` takes the ``-o`` path and returns it as a Path once it is safe to
   write: absent, an empty directory, or a previous deltachip checkpoint (nothing else is ever
@@ -15,12 +18,15 @@ decoder layer, the head) plus ``model.safetensors.index.json`` (``{"metadata":
   (named by :func:`common.outputs.temp_name_prefix`, so a killed compile's leftovers are
   swept by the next one), one group's tensors in memory at a time, and renames it into
   place, so a failed or interrupted compile leaves what was there untouched; a full disk or
-  another OS error is an OutputDirError naming the path and the reason.
+  another OS error is an OutputDirError naming the path and the reason. The manifest is
+  written last, from the files read back.
 - :func:`load_chip_json`, :func:`check_config` and :func:`check_weights_file` read a directory
   back and raise :class:`ChipDirError` (exit 2) for a missing directory or file (a shard
   included), a corrupt or truncated one, a chip.json that breaks the schema
   (:mod:`backends.chipschema`, naming the field), an older format ("recompile") or a
-  config.json that does not match.
+  config.json that does not match; :func:`check_digests` raises it for a file that differs
+  from the manifest (a directory without one, written before deltachip wrote them, is not
+  checked).
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from backends import manifest
 from backends.chipschema import SchemaError, check_chip
 from backends.target import json_kind
 from common.errors import UserError
@@ -78,11 +85,19 @@ class WeightGroup:
 
 
 class ChipDirError(UserError):
-    """The directory is not a compiled chip this version can run."""
+    """The directory is not a compiled chip this version can run. ``damage``: whether what
+    the directory holds is at fault (True), or it is whole and the engine cannot run it
+    (False: :class:`backends.fast.model.FastRefused`), so rewriting it would not help."""
+    damage = True
 
 
 class OutputDirError(UserError):
-    """The ``-o`` path cannot take a checkpoint without destroying something."""
+    """The ``-o`` path cannot take a checkpoint without destroying something: ``-o PATH:
+    REASON`` (``path`` and ``reason`` are kept, for callers that word it their own way)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"-o {path}: {reason}")
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -103,7 +118,8 @@ def _read_json(path: Path, what: str) -> Any:
 
 def _ours(name: str) -> bool:
     """Whether ``name`` is a file a checkpoint directory may hold (either layout)."""
-    return name in FILES or name == INDEX or SHARD_RE.fullmatch(name) is not None
+    return (name in FILES or name in (INDEX, manifest.MANIFEST, manifest.STAMP)
+            or SHARD_RE.fullmatch(name) is not None)
 
 
 def _is_checkpoint(d: Path, entries: list[str]) -> bool:
@@ -121,7 +137,7 @@ def _is_checkpoint(d: Path, entries: list[str]) -> bool:
 def prepare_output(path: str | Path) -> Path:
     """``path`` if a checkpoint may be written there (see the module docstring); its parent
     directories are created. Raises OutputDirError naming the path and the reason."""
-    return prepare_dir_output(path, "-o ", OutputDirError, "checkpoint", _is_checkpoint, _ours,
+    return prepare_dir_output(path, OutputDirError, "checkpoint", _is_checkpoint, _ours,
                               " (compile writes a directory: config.json, model.safetensors, "
                               "chip.json)")
 
@@ -139,7 +155,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
     checkpoint's dtype."""
     from safetensors.torch import save_file
     out = prepare_output(out_dir)
-    with building_dir(out, OutputDirError, f"-o {out}: cannot write the checkpoint") as tmp:
+    with building_dir(out, OutputDirError, "cannot write the checkpoint") as tmp:
         total = sum(g.nbytes for g in groups)
         if total <= single_file_limit:
             tensors: dict[str, torch.Tensor] = {}
@@ -162,6 +178,7 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
             (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "chip.json").write_text(json.dumps(chip()) + "\n")
+        manifest.write(tmp, [f.name for f in tmp.iterdir()])     # last: what is on the disk
     return names
 
 
@@ -260,3 +277,16 @@ def check_weights_file(path: str | Path) -> None:
             raise ChipDirError(f"{sf}: has no tensor {lost[0]} ({INDEX} puts it there): "
                                f"{RECOMPILE}")
 
+
+
+def check_digests(path: str | Path) -> None:
+    """ChipDirError when checkpoint ``path`` has a manifest.json and a file it lists is
+    missing or differs from it in size or digest (:func:`backends.manifest.problem`, which
+    reads a file again only when its stamp, if any, no longer matches); nothing is checked
+    in a directory without a manifest."""
+    d = Path(path)
+    if not os.path.lexists(d / manifest.MANIFEST):
+        return
+    why = manifest.problem(d)
+    if why is not None:
+        raise ChipDirError(f"{d}: {why}: {RECOMPILE}")

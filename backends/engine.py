@@ -1,6 +1,7 @@
 """The engine interface every compiled-chip engine implements, and what they share.
 
-Takes: a compiled directory (config.json, chip.json, the weights). Gives:
+Takes: a compiled directory (config.json, chip.json, the weights; each file's digest in
+manifest.json is checked, :func:`backends.checkpoint.check_digests`). Gives:
 :class:`ChipEngine`, the one reader of chip.json for every engine (the circuit rebuilt with
 its ROM images, the numerics, the target), with token <-> id conversion, the ROM images as
 recurrent-state rows (:meth:`ChipEngine.rom_states`) and :meth:`ChipEngine.read_memories`,
@@ -29,8 +30,8 @@ from typing import Any, Sequence
 import torch
 
 from hdl.ir import Circuit, Token
-from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_weights_file,
-                                 load_chip_json)
+from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_digests,
+                                 check_weights_file, load_chip_json)
 from backends.chipfile import circuit_from_json
 from backends.numbers import DTYPES
 from backends.program import MemPlan, head_cell
@@ -65,6 +66,7 @@ class ChipEngine:
                                f"{e.__class__.__name__}: {e}): {RECOMPILE}") from None
         check_config(path, self.chip)
         check_weights_file(path)
+        check_digests(path)             # last: the checks above say more about what is wrong
         self.num = self.chip["numerics"]
         self.tgt = self.chip["target"]
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -116,7 +117,7 @@ def measure_compile(sizes_name: str, target: str, dtype: str, workdir: str | Non
         if keep_in_cache:
             from cpu.rv32.engines import compiled_core_path, remove_stale_cores
             dest = compiled_core_path(SIZES[sizes_name], target, dtype)
-            if not (dest / "chip.json").is_file():
+            if not os.path.lexists(dest):       # an entry there, whole or not, is the cache's
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(out), str(dest))
                 remove_stale_cores(SIZES[sizes_name], target, dtype)

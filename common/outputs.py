@@ -183,29 +183,28 @@ def replace_on_success(path: str | Path, label: str = "",
         tmp.unlink(missing_ok=True)
 
 
-def prepare_dir_output(path: str | Path, label: str, error: type[UserError], kind: str,
+def prepare_dir_output(path: str | Path, error: Callable[[Path, str], UserError], kind: str,
                        ours: Callable[[Path, list[str]], bool], mine: Callable[[str], bool],
                        not_dir: str = "") -> Path:
     """``path`` as a Path once a command may build directory ``kind`` there: it is absent,
     an empty directory, or one ``ours(path, entries)`` recognises as written by the command
     before (then it may be replaced); its parents are created and the folder is writable.
-    Otherwise raises ``error``, naming ``{label}{path}`` and why (a symbolic link, a file
-    (``not_dir`` explains what is written), a folder holding another file: the first name
-    ``mine`` does not claim)."""
+    Otherwise raises ``error(path, why)`` (a symbolic link, a file (``not_dir`` explains
+    what is written), a folder holding another file: the first name ``mine`` does not
+    claim); the error words where the path came from (``-o PATH: why``)."""
     p = Path(path)
     if p.is_symlink():
-        raise error(f"{label}{p}: is a symbolic link; give the directory itself")
+        raise error(p, "is a symbolic link; give the directory itself")
     if p.exists():
         if not p.is_dir():
-            raise error(f"{label}{p}: exists and is not a directory{not_dir}; choose another "
-                        "path")
+            raise error(p, f"exists and is not a directory{not_dir}; choose another path")
         try:
             entries = sorted(e.name for e in p.iterdir())
         except OSError as e:
-            raise error(f"{label}{p}: cannot read the directory: {os_reason(e)}") from None
+            raise error(p, f"cannot read the directory: {os_reason(e)}") from None
         if entries and not ours(p, entries):
             foreign = [e for e in entries if not mine(e)] or entries
-            raise error(f"{label}{p}: directory is not empty and is not a deltachip {kind} "
+            raise error(p, f"directory is not empty and is not a deltachip {kind} "
                         f"(it holds '{foreign[0]}'); refusing to replace it: choose a new or "
                         "empty directory")
     parent = p.absolute().parent
@@ -214,18 +213,19 @@ def prepare_dir_output(path: str | Path, label: str, error: type[UserError], kin
         sweep_stale(p)          # what a killed command left beside the output
         os.rmdir(tempfile.mkdtemp(prefix=temp_name_prefix(p), dir=parent))     # writable?
     except OSError as e:
-        raise error(f"{label}{p}: cannot write in {parent}: {os_reason(e)}") from None
+        raise error(p, f"cannot write in {parent}: {os_reason(e)}") from None
     return p
 
 
 @contextmanager
-def building_dir(out: Path, error: type[UserError], failed: str) -> Iterator[Path]:
+def building_dir(out: Path, error: Callable[[Path, str], UserError], failed: str
+                 ) -> Iterator[Path]:
     """Yield a new temporary directory beside ``out`` (checked by
     :func:`prepare_dir_output`). When the block ends normally its folders and files get the
     modes mkdir and open would have made (not mkdtemp's 0700 and safetensors' 0600) and it is
     renamed onto ``out``, a previous ``out`` moved aside first (put back if the rename fails,
     removed after). Otherwise it is removed and ``out`` is as it was; a failed write (a full
-    disk, ...) becomes ``error(f"{failed}: {reason} (nothing was changed)")``."""
+    disk, ...) becomes ``error(out, f"{failed}: {reason} (nothing was changed)")``."""
     parent = out.absolute().parent
     tmp = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
     old = None
@@ -247,7 +247,7 @@ def building_dir(out: Path, error: type[UserError], failed: str) -> Iterator[Pat
         shutil.rmtree(tmp, ignore_errors=True)
         reason = write_reason(e)
         if reason is not None and not isinstance(e, UserError):
-            raise error(f"{failed}: {reason} (nothing was changed)") from None
+            raise error(out, f"{failed}: {reason} (nothing was changed)") from None
         raise
     finally:
         if old is not None:

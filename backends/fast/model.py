@@ -44,6 +44,7 @@ MARGIN = {"fp32": 2.0 ** 25, "bf16": 2.0 ** 11}
 
 class FastRefused(ChipDirError):
     """The checkpoint breaks a fact the fast engine relies on (the message names it)."""
+    damage = False
 
 
 @dataclass

@@ -102,8 +102,12 @@ def prepare_output(out: Path, base: Path, chip: Path) -> Path:
             how = "is" if _inside(out, d) and _inside(d, out) else "overlaps"
             raise MergeError(f"OUT_DIR {out}: {how} the {what} directory {d}; merge never "
                              "writes there: choose another path")
-    return prepare_dir_output(out, "OUT_DIR ", MergeError, "merge", _is_merge,
+    return prepare_dir_output(out, _out_error, "merge", _is_merge,
                               lambda e: e in OURS or e.endswith(".safetensors"))
+
+
+def _out_error(path: Path, why: str) -> MergeError:
+    return MergeError(f"OUT_DIR {path}: {why}")
 
 
 def _is_merge(d: Path, entries: list[str]) -> bool:
@@ -243,8 +247,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         raise MergeError(f"OUT_DIR {out}: needs {need / 2**30:.2f} GiB, {parent} has "
                          f"{free / 2**30:.2f} GiB free (nothing was written)")
 
-    with building_dir(out, MergeError, f"OUT_DIR {out}: cannot write the merged checkpoint"
-                      ) as tmp:
+    with building_dir(out, _out_error, "cannot write the merged checkpoint") as tmp:
         weight_map: dict[str, str] = {}
         for i, h in enumerate(base.files):
             say(f"copying base shard {i + 1} of {len(base.files)}")

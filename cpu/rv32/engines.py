@@ -13,8 +13,16 @@ signals (the pc the core fetched, its rd, result and data access) and checks eve
 write the core makes later (the value travels in the next token(s)) against the record:
 a disagreement is listed in ``wb_mismatches``.
 
-The compiled core (``hf``) is cached per (core source hash, sizes, target, dtype) under
-``$DELTACHIP_CACHE/cores`` (default ``~/.cache/deltachip/cores``): only the first run compiles.
+The compiled core (``hf``, ``fast``) is cached per (core source hash, sizes, target, dtype)
+under ``$DELTACHIP_CACHE/cores`` (default ``~/.cache/deltachip/cores``): only the first run
+compiles. Every use checks the entry against the digests it was written with
+(:mod:`backends.manifest`; a stamp spares hashing files that have not changed) and rebuilds
+a damaged one; a problem the cache cannot mend is a :class:`CoreCacheError` that names the
+entry ("the cached core at PATH") and what to do (docs/cpu.md, "The core cache").
+
+Every engine feeds its tokens to :class:`cpu.rv32.protocol.TraceReader`, so a core that
+stops retiring instructions stops the run with :class:`cpu.rv32.protocol.CoreStalled`
+(exit 2) naming the position, the token and, for a compiled core, its directory.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,9 +41,12 @@ from typing import Any, Callable
 from cpu import memmap
 from cpu.emulator import ElfError, Retire, RunResult
 from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
+from common.errors import UserError
+from common.outputs import os_reason, temp_name_prefix
 from cpu.rv32.loader import CoreImage, load_program
 from cpu.rv32.protocol import FAULT, FIX, HALF, JUMP, TraceReader, executes
 from hdl.ir import Token
+from hdl.sim.tokens import format_token
 
 _WIDTH = {0: 1, 1: 2, 2: 4, 4: 1, 5: 2}
 
@@ -48,7 +60,11 @@ class CoreEngine:
         self.image, self.sizes = image, sizes
         self.circuit = load_core(sizes)
         self.machine = image.machine
-        self.reader = TraceReader(word_at=self.machine.read_word)
+        self.reader = TraceReader(word_at=self.machine.read_word,
+                                  show=lambda tok: format_token(self.circuit, tok),
+                                  source=f"the core ({self.name} engine)",
+                                  advice="the core does not follow its token protocol "
+                                         "(docs/cpu.md): a bug in cpu/rv32")
         self.cur: Token = image.start
         self.reader.feed(self.cur)
 
@@ -178,6 +194,7 @@ BYTE_CELLS = True
 
 
 def cache_root() -> Path:
+    """The core cache's folder, ``$DELTACHIP_CACHE/cores``, created and known writable."""
     from common.cachedir import cache_dir      # a DELTACHIP_CACHE it cannot use: exit 2
     return cache_dir("cores")
 
@@ -216,18 +233,97 @@ def stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
                   and p.name.startswith("rv32-") and p.name.split("-", 2)[2:] == [suffix])
 
 
+class CoreCacheError(UserError):
+    """A core cache entry that cannot be used or mended: the message names it ("the cached
+    core at PATH") and says what to do."""
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def entry_problem(entry: Path) -> str | None:
+    """What is wrong with the existing cache entry ``entry``, in words, or None when it is
+    whole: a directory whose every file matches its manifest
+    (:func:`backends.manifest.problem`, which stamps it once it has been hashed, so the next
+    use hashes only files that changed since)."""
+    from backends import manifest
+    if entry.is_symlink() or not entry.is_dir():
+        return "it is not a directory"
+    return manifest.problem(entry, write_stamp=True)
+
+
 def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str = "bf16",
                   progress: Callable[[str], None] | None = None) -> Path:
-    """The compiled core's checkpoint directory, compiling it on first use; once compiled,
-    the stale entries (:func:`stale_cores`) are removed, each named on stderr."""
-    from backends.compiler import compile_to_dir
+    """The compiled core's checkpoint directory (:func:`compiled_core_path`), checked: it is
+    compiled on first use (a line on stderr says so), and an entry that fails
+    :func:`entry_problem` is rebuilt (a line on stderr says what was wrong). Once one is
+    compiled, the stale entries (:func:`stale_cores`) are removed, each named on stderr.
+    CoreCacheError when a damaged entry cannot be moved out of the way or the new one
+    cannot be written."""
     out = compiled_core_path(sizes, target, dtype)
-    if not (out / "chip.json").is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(out):
+        why = entry_problem(out)
+        if why is None:
+            return out
+        _say(f"the cached core at {out} is damaged ({why}); rebuilding it")
+        _discard(out, why)
+    else:
+        _say(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
+             f"{out.parent}")
+    _build(out, sizes, target, dtype, progress)
+    remove_stale_cores(sizes, target, dtype)
+    return out
+
+
+def _discard(entry: Path, why: str) -> None:
+    """Move the damaged ``entry`` out of the way (renamed to a temporary beside it, which
+    the next write beside it sweeps should this process die) and delete it; CoreCacheError
+    when it cannot be moved."""
+    aside = None
+    try:
+        aside = Path(tempfile.mkdtemp(prefix=temp_name_prefix(entry) + "damaged-",
+                                      dir=entry.parent))
+        os.rename(entry, aside / entry.name)
+    except OSError as e:
+        if not isinstance(e, FileNotFoundError) or os.path.lexists(entry):
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
+            raise CoreCacheError(f"the cached core at {entry} is damaged ({why}) and cannot "
+                                 f"be moved out of the way ({os_reason(e)}); remove it "
+                                 f"(rm -r {entry}) and run again") from None
+        # else another run moved it first
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _build(out: Path, sizes: CoreSizes, target: str, dtype: str,
+           progress: Callable[[str], None] | None) -> None:
+    """Compile the core into the absent entry ``out``: compile_to_dir builds it in a fresh
+    temporary directory beside it, manifest last, and renames it into place; then it is
+    stamped (its files were just hashed for the manifest). CoreCacheError when it cannot
+    be written."""
+    from backends import manifest
+    from backends.checkpoint import OutputDirError
+    from backends.compiler import compile_to_dir
+    try:
         compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress,
                        byte_cells=BYTE_CELLS)
-        remove_stale_cores(sizes, target, dtype)
-    return out
+    except OutputDirError as e:
+        raise CoreCacheError(f"the cached core at {out} could not be built: {e.reason}; "
+                             f"free space in {out.parent}, or set DELTACHIP_CACHE to "
+                             "another folder") from None
+    manifest.stamp(out)
+
+
+def refusal(entry: Path, error: UserError) -> CoreCacheError:
+    """The error for a cache entry that passed its digest check but that an engine refused
+    (``error``, a ChipDirError meant for a user's own directory): the same reason, worded
+    for the cache."""
+    from backends.checkpoint import RECOMPILE
+    detail = str(error).removesuffix(f": {RECOMPILE}")
+    return CoreCacheError(f"the cached core at {entry} cannot be loaded ({detail}); remove "
+                          f"it (rm -r {entry}) and run again to rebuild it")
 
 
 def remove_stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
@@ -243,15 +339,30 @@ def remove_stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
 
 class HFCore(CoreEngine):
     """The compiled core in transformers (:class:`backends.hf_engine.HFEngine`), one decode
-    call per token, the program's images preloaded into the recurrent state."""
+    call per token, the program's images preloaded into the recurrent state. The core is
+    the cache's (:func:`compiled_core`: checked, rebuilt when damaged, a refusal worded for
+    the cache), or ``checkpoint``, a directory the user compiled (checked against its
+    manifest like any checkpoint, refused with its path, never rebuilt)."""
     name = "hf"
 
     def __init__(self, image: CoreImage, sizes: CoreSizes = FULL, target: str = "compact",
                  dtype: str = "bf16", checkpoint: Path | None = None):
+        from backends.checkpoint import ChipDirError
         super().__init__(image, sizes)
         self.target = target
-        path = checkpoint or compiled_core(sizes, target, dtype)
-        self.hf = self._load(path, dtype)
+        path = Path(checkpoint) if checkpoint else compiled_core(sizes, target, dtype)
+        try:
+            self.hf = self._load(path, dtype)
+        except ChipDirError as e:
+            if checkpoint or not e.damage:
+                raise
+            raise refusal(path, e) from None
+        if checkpoint:
+            self.reader.source = f"the checkpoint {path}"
+            self.reader.advice = "its weights are damaged or are not this core's"
+        else:
+            self.reader.source = f"the cached core at {path}"
+            self.reader.advice = f"remove it (rm -r {path}) and run again to rebuild it"
         self.cache = self.hf.new_cache(1)
         layers = self.hf.chip["layers"]
         self.layers = len(layers)
@@ -399,10 +510,6 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
     from backends.target import get_target
     get_target(target)                  # a bad --target is refused before any work
     image = load_program(path, input_text)
-    where = compiled_core_path(FULL, target, dtype)
-    if not (where / "chip.json").is_file():
-        print(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
-              f"{where.parent}", file=sys.stderr, flush=True)
     return engine(image, target=target, dtype=dtype)
 
 

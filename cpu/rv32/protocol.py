@@ -12,16 +12,47 @@ An executing token (Jump, Step, Next, Out with go = 1) is one instruction; it re
 counted when the next token arrives) unless the next token is a Fault. Fault(cause) →
 Half(hi) → End(lo) gives the fault's value; Half(hi) → End(lo) after an instruction is the
 exit code (hi: the upper 18 bits, lo: the lower 14).
+
+The reader is also the engines' watchdog: a stream that goes on for more than
+:data:`MAX_TOKENS_WITHOUT_RETIRING` tokens in a row without retiring an instruction, and
+without ending, is none the core can make (damaged weights, a core that does not match this
+protocol), and ``feed`` raises :class:`CoreStalled` naming the position and the token, so a
+``--max-steps`` budget, which counts instructions, is never waited out on such a stream.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
+from common.errors import UserError
 from cpu import memmap
 from cpu.emulator import Fault, FaultCause, fault_of
 from hdl.ir import Token
 
 JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT = range(10)
+
+#: the quotient digits of a division (radix 8, 32 bits: cpu/rv32/mdu.hdl), one DivStep each
+DIV_DIGITS = 11
+#: The most tokens that execute nothing between two executing tokens (docs/cpu.md, "The
+#: token protocol"): a division's. Its DivSteps (:data:`DIV_DIGITS`), a Half before each
+#: but the first (a partial remainder wider than 13 bits), a Half and a Fix after the last
+#: (the unsigned result), then the ending of an instruction's step at its widest: a Half (a
+#: result that fits neither way) and a Lo (the end of a block where a Next cannot go), which
+#: a Jump follows. Every other case is shorter: a load from code ROM takes two Halfs and a
+#: Lo, a UART byte at a block end an Out with go = 0, the exit a Half and an End.
+MAX_OVERHEAD = DIV_DIGITS + (DIV_DIGITS - 1) + 2 + 2
+#: The most tokens in a row that retire nothing in a stream that has not ended: a retirement
+#: is counted at the token after an executing one, so the worst is a division's first
+#: DivStep (which retires the division) followed by the rest of its :data:`MAX_OVERHEAD`
+#: tokens, the executing Jump after the Lo (retired by the token after it), and, when that
+#: instruction faults, its Fault and Half (the End after them ends the stream).
+MAX_TOKENS_WITHOUT_RETIRING = (MAX_OVERHEAD - 1) + 1 + 2
+
+
+class CoreStalled(UserError):
+    """The token stream went on for more tokens than the protocol allows without retiring
+    an instruction (see the module docstring); the message names the position (the start
+    token is position 0) and the token, then who made it and what to do."""
 
 
 def executes(tok: Token) -> bool:
@@ -37,8 +68,13 @@ def _s32(v: int) -> int:
 @dataclass
 class TraceReader:
     """Consumes tokens (``feed``); see the module docstring. ``word_at(pc)`` gives the
-    instruction word at a byte pc (for the fault text)."""
+    instruction word at a byte pc (for the fault text); ``show(token)`` its text (for
+    :class:`CoreStalled`); ``source`` names what makes the tokens and ``advice`` what to do
+    when it stalls, both for that message."""
     word_at: object
+    show: Callable[[Token], str] = repr
+    source: str = "the core"
+    advice: str = ""
     instructions: int = 0
     tokens: int = 0
     output: bytearray = field(default_factory=bytearray)
@@ -51,6 +87,7 @@ class TraceReader:
     _fault_cause: int | None = None
     _fault_pc: int | None = None
     _hi: int = 0
+    _unretired: int = 0              # tokens in a row that retired nothing
 
     @property
     def done(self) -> bool:
@@ -72,6 +109,9 @@ class TraceReader:
         self.tokens += 1
         if prev is not None and executes(prev) and tok.kind != FAULT:
             self.instructions += 1                # the previous instruction retired
+            self._unretired = 0
+        else:
+            self._unretired += 1
         if tok.kind == FAULT:
             cause = CAUSES[tok.fields[0]]
             if prev is not None and executes(prev):
@@ -101,3 +141,9 @@ class TraceReader:
                 insn = None if cause is FaultCause.FETCH_OUTSIDE_CODE else self.word_at(pc)
                 self.fault = fault_of(pc, insn, cause, value)
         self._prev = tok
+        if self._unretired > MAX_TOKENS_WITHOUT_RETIRING and not self.done:
+            raise CoreStalled(
+                f"{self.source} emitted {self._unretired} tokens in a row without retiring an "
+                f"instruction, more than the token protocol allows "
+                f"({MAX_TOKENS_WITHOUT_RETIRING}): position {self.tokens - 1} is "
+                f"{self.show(tok)}" + (f"; {self.advice}" if self.advice else ""))

@@ -35,6 +35,7 @@ torch.set_num_threads(2)
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX = "model.safetensors.index.json"
+MANIFEST = "manifest.json"
 RECOMPILE = "recompile it with `deltachip compile`"
 
 
@@ -75,7 +76,8 @@ def test_layout_one_group_per_shard(sharded):
     n = L + 2                                       # embedding, L chip layers, head
     names = _shards(sharded)
     assert names == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
-    assert {p.name for p in sharded.iterdir()} == {"config.json", "chip.json", INDEX, *names}
+    assert {p.name for p in sharded.iterdir()} == {"config.json", "chip.json", INDEX, *names,
+                                                   MANIFEST}
     assert all(p.stat().st_mode & 0o044 == 0o044 for p in sharded.iterdir())   # not 0600
     idx = _index(sharded)
     held = {}
@@ -97,7 +99,8 @@ def test_layout_one_group_per_shard(sharded):
 
 
 def test_small_chip_stays_one_file(single):
-    assert {p.name for p in single.iterdir()} == {"config.json", "chip.json", "model.safetensors"}
+    assert {p.name for p in single.iterdir()} == {"config.json", "chip.json", "model.safetensors",
+                                                  MANIFEST}
 
 
 def test_sharded_equals_single_file(sharded, single):
@@ -126,7 +129,8 @@ def test_sharded_loads_in_transformers_and_is_exact(sharded):
 def test_recompile_replaces_a_sharded_checkpoint(sharded, tmp_path, capsys):
     d = _copy(sharded, tmp_path)
     _compile(d, limit=1 << 30)                       # sharded -> single file, nothing left
-    assert {p.name for p in d.iterdir()} == {"config.json", "chip.json", "model.safetensors"}
+    assert {p.name for p in d.iterdir()} == {"config.json", "chip.json", "model.safetensors",
+                                             MANIFEST}
     _compile(d)                                      # and back
     assert _shards(d) == _shards(sharded)
     (d / "notes.txt").write_text("mine\n")           # a user's file: never replaced
@@ -154,6 +158,9 @@ def _index_moves_tensor(d: Path) -> None:
 
 
 def _drop_from_shard_and_index(d: Path) -> None:
+    """A tensor removed from its shard and the index alike (in a directory without a
+    manifest, as deltachip wrote before it wrote one: with one, the digests refuse it)."""
+    (d / MANIFEST).unlink()
     last = d / _shards(d)[-1]
     sd = load_file(str(last))
     del sd["model.norm.weight"]
@@ -178,8 +185,26 @@ def _edit_metadata(value) -> callable:
     return edit
 
 
+def _overwrite_data(f: Path) -> None:
+    """Eight bytes of a file's end (a shard's tensor data; its header intact) overwritten."""
+    with open(f, "r+b") as fh:
+        fh.seek(-8, 2)
+        fh.write(b"\xff" * 8)
+
+
 SECOND = "model-00002-of-{n:05d}.safetensors"
 BAD = {
+    # issue 1: data bytes overwritten, the header intact: the digest in manifest.json
+    "shard data overwritten": (lambda d: _overwrite_data(_second(d)),
+                               "{d}: " + SECOND + " does not match its sha256 digest in "
+                               + MANIFEST + ": " + RECOMPILE),
+    "chip.json changed, still valid": (
+        lambda d: (d / "chip.json").write_text((d / "chip.json").read_text() + " "),
+        "{d}: chip.json has {chip_size:,} bytes, not the {chip_size_was:,} " + MANIFEST
+        + " records: " + RECOMPILE),
+    "manifest not JSON": (lambda d: (d / MANIFEST).write_text("["),
+                          "{d}: " + MANIFEST + " is corrupt (Expecting value: line 1 column 2 "
+                          "(char 1)): " + RECOMPILE),
     "missing shard": (lambda d: _second(d).unlink(),
                       "{d}: shard " + SECOND + " is missing (" + INDEX + " names it): "
                       + RECOMPILE),
@@ -224,10 +249,23 @@ def test_damaged_sharded_checkpoint(case, sharded, tmp_path, capsys):
     damage, want = BAD[case]
     d = _copy(sharded, tmp_path)
     n = len(_shards(d))
+    chip_size_was = (d / "chip.json").stat().st_size
     damage(d)
     assert main(["check", str(d), "--steps", "3"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == want.format(d=d, n=n)
+    assert err == want.format(d=d, n=n, chip_size_was=chip_size_was, chip_size=chip_size_was + 1)
+
+
+@pytest.mark.parametrize("engine", ["hf", "fast"])
+def test_every_engine_checks_the_digests(engine, sharded, tmp_path, capsys):
+    """A user's own checkpoint whose data changed is refused, naming it, by both engines
+    (deltachip never rebuilds what the user compiled)."""
+    d = _copy(sharded, tmp_path)
+    _overwrite_data(_second(d))
+    assert main(["check", str(d), "--engine", engine, "--steps", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"{d}: {SECOND.format(n=len(_shards(d)))} does not match its sha256 digest in "
+        f"{MANIFEST}: {RECOMPILE}")
 
 
 def test_unreadable_shard_says_why(sharded, tmp_path, capsys, monkeypatch):

@@ -4,6 +4,7 @@ of the user's modified)."""
 from __future__ import annotations
 
 import importlib.util
+import hashlib
 import json
 import shlex
 import shutil
@@ -46,8 +47,13 @@ def test_compile_then_check(tmp_path, capsys):
     out = tmp_path / "counter"
     out.mkdir()                             # an empty directory may be the output
     assert main(["compile", str(COUNTER), "-o", str(out), "--dtype", "fp32"]) == 0
-    assert {p.name for p in out.iterdir()} == {"config.json", "model.safetensors", "chip.json"}
+    assert {p.name for p in out.iterdir()} == {"config.json", "model.safetensors", "chip.json",
+                                               "manifest.json"}
     assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.iterdir())   # not 0600
+    files = json.loads((out / "manifest.json").read_text())["files"]
+    assert files == {name: {"size": (out / name).stat().st_size,
+                            "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest()}
+                     for name in ("config.json", "model.safetensors", "chip.json")}
     printed = capsys.readouterr().out
     assert "nonzero weights" in printed
     cfg = json.loads((out / "config.json").read_text())
@@ -192,12 +198,17 @@ def _edit_json(name: str, edit):
 
 
 def _drop_tensor(d: Path) -> None:
+    """A tensor removed (in a directory without manifest.json, as deltachip wrote before it
+    recorded digests: with one, the digest check refuses it before any loading)."""
+    (d / "manifest.json").unlink()
     sd = load_file(d / "model.safetensors")
     del sd["model.norm.weight"]
     save_file(sd, d / "model.safetensors")
 
 
 def _reshape_tensor(d: Path) -> None:
+    """A tensor of the wrong shape (without manifest.json, as :func:`_drop_tensor`)."""
+    (d / "manifest.json").unlink()
     sd = load_file(d / "model.safetensors")
     sd["model.embed_tokens.weight"] = torch.zeros(3, 3)
     save_file(sd, d / "model.safetensors")

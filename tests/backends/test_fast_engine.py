@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import deltachip
+from backends import manifest
 from backends.check import check_engine, compare_engines, load_engine
 from backends.compiler import compile_to_dir
 from backends.fast.engine import FastEngine
@@ -94,11 +95,15 @@ def test_fast_equals_hf_on_random_circuits_many(tmp_path, seed, dtype):
 # ---- refusals -------------------------------------------------------------------------------
 
 def _tamper(src: Path, dst: Path, edit) -> Path:
+    """A copy of ``src`` with its weights edited and recorded in its manifest, as a compiler
+    that wrote them would have (so the digest check lets them through to the fast
+    engine's own checks)."""
     shutil.copytree(src, dst)
     f = next(dst.glob("*.safetensors"))
     t = load_file(f)
     edit(t)
     save_file(t, f, metadata={"format": "pt"})
+    manifest.write(dst, [g.name for g in dst.iterdir() if g.name != manifest.MANIFEST])
     return dst
 
 

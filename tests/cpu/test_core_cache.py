@@ -1,10 +1,23 @@
 """The core cache ($DELTACHIP_CACHE/cores): one entry per (core source, sizes, target,
-dtype); compiling a new entry removes the stale ones of the same sizes, target and dtype."""
+dtype); compiling a new entry removes the stale ones of the same sizes, target and dtype;
+every entry records its files' digests, is checked at each use (hashing only files that
+changed since the last check) and heals itself when damaged, or is refused with words
+about the cache. Entries here are compiled from a small circuit, never the core."""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
 import backends.compiler
+from backends import manifest
 from cpu.rv32 import engines
 from cpu.rv32.build import TINY
+from hdl.frontend import load_circuit
 
 
 def test_compiling_a_core_removes_only_its_stale_entries(tmp_path, monkeypatch, capsys):
@@ -24,6 +37,7 @@ def test_compiling_a_core_removes_only_its_stale_entries(tmp_path, monkeypatch, 
     def fake_compile(circuit, out, target, dtype, progress=None, byte_cells=None):
         out.mkdir(parents=True, exist_ok=True)
         (out / "chip.json").write_text("{}")
+        manifest.write(out, ["chip.json"])
     monkeypatch.setattr(backends.compiler, "compile_to_dir", fake_compile)
     assert engines.compiled_core(TINY, "compact", "bf16") == want
     assert not stale.exists()
@@ -38,7 +52,6 @@ def test_compiling_a_core_removes_only_its_stale_entries(tmp_path, monkeypatch, 
 def test_config_targets_are_keyed_by_their_shapes(tmp_path, monkeypatch):
     """A config file named like a built-in target, or two configs that share a file name,
     never share a cache entry: the entry's name carries a digest of the target's shapes."""
-    import json
     monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path / "cache"))
     cfg = {"hidden_size": 256, "intermediate_size": 96, "linear_num_key_heads": 2,
            "linear_num_value_heads": 4, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
@@ -57,3 +70,170 @@ def test_config_targets_are_keyed_by_their_shapes(tmp_path, monkeypatch):
     (tmp_path / "c.json").write_text((tmp_path / "a" / "compact").read_text())
     other = engines.compiled_core_path(TINY, str(tmp_path / "c.json"), "bf16")
     assert other.name.split("-")[-2] == paths[0].name.split("-")[-2]
+
+
+# ---- integrity and self-healing: the entries are built from a small circuit ----------------
+ROOT = Path(__file__).resolve().parents[2]
+COUNTER = ROOT / "examples" / "counter" / "counter.hdl"
+
+
+@pytest.fixture
+def small_cache(tmp_path, monkeypatch):
+    """The core cache in ``tmp_path``, every entry compiled from the counter circuit (in
+    shards: a few KB, in a second) in place of the core; gives the list of entries
+    compiled."""
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path / "cache"))
+    real = backends.compiler.compile_to_dir
+    made: list[Path] = []
+
+    def compile_small(circuit, out, target, dtype, progress=None, byte_cells=None):
+        made.append(out)
+        return real(load_circuit(COUNTER), out, target=target, dtype=dtype, single_file_limit=0)
+    monkeypatch.setattr(backends.compiler, "compile_to_dir", compile_small)
+    return made
+
+
+def _entry(capsys) -> Path:
+    """The TINY entry, compiled (its first-run line read off stderr)."""
+    entry = engines.compiled_core(TINY)
+    assert capsys.readouterr().err == (f"compiling the core into compact layers (bf16); first "
+                                       f"run only, cached in {entry.parent}\n")
+    return entry
+
+
+def _second_shard(entry: Path) -> Path:
+    return sorted(entry.glob("model-*.safetensors"))[1]
+
+
+def test_an_entry_records_its_digests_and_is_hashed_once(small_cache, capsys, monkeypatch):
+    entry = _entry(capsys)
+    files = json.loads((entry / manifest.MANIFEST).read_text())["files"]
+    assert set(files) == {p.name for p in entry.iterdir()} - {manifest.MANIFEST, manifest.STAMP}
+    for name, rec in files.items():
+        assert rec == {"size": (entry / name).stat().st_size,
+                       "sha256": hashlib.sha256((entry / name).read_bytes()).hexdigest()}
+    assert (entry / manifest.STAMP).is_file()      # stamped when written
+    hashed = []
+    real = manifest.digest
+    monkeypatch.setattr(manifest, "digest", lambda p: hashed.append(Path(p).name) or real(p))
+    assert engines.compiled_core(TINY) == entry
+    assert hashed == [] and small_cache == [entry]
+    shard = _second_shard(entry)
+    shard.write_bytes(shard.read_bytes())         # the same bytes, a new mtime: hashed again
+    assert engines.compiled_core(TINY) == entry
+    assert hashed == [shard.name] and small_cache == [entry]
+    assert capsys.readouterr().err == ""
+
+
+def _overwrite_data(shard: Path, keep_mtime: bool = False) -> None:
+    """A few bytes of the shard's tensor data overwritten, its header intact (issue 1)."""
+    st = shard.stat()
+    with open(shard, "r+b") as f:
+        f.seek(st.st_size - 16)
+        f.write(b"\xff" * 8)
+    if keep_mtime:
+        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+DAMAGE = {
+    "chip.json removed": (lambda e: (e / "chip.json").unlink(), "chip.json is missing"),
+    "shard data overwritten": (lambda e: _overwrite_data(_second_shard(e)),
+                               "{shard} does not match its sha256 digest in manifest.json"),
+    "shard data overwritten, mtime put back": (
+        lambda e: _overwrite_data(_second_shard(e), keep_mtime=True),
+        "{shard} does not match its sha256 digest in manifest.json"),
+    "shard truncated": (lambda e: os.truncate(_second_shard(e), 10),
+                        "{shard} has 10 bytes, not the {size:,} manifest.json records"),
+    "shard removed": (lambda e: _second_shard(e).unlink(), "{shard} is missing"),
+    "manifest removed": (lambda e: (e / manifest.MANIFEST).unlink(), "manifest.json is missing"),
+    "manifest not JSON": (lambda e: (e / manifest.MANIFEST).write_text("{"),
+                          "manifest.json is corrupt (Expecting property name enclosed in "
+                          "double quotes: line 1 column 2 (char 1))"),
+    "a file, not a directory": (lambda e: (shutil.rmtree(e), e.write_text("x")),
+                                "it is not a directory"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_a_damaged_entry_is_rebuilt(case, small_cache, capsys):
+    """Issues 1 and 4: a damaged entry (chip.json removed, a shard's data overwritten with
+    its header intact, ...) is found, named on stderr, rebuilt and swapped in; the run goes
+    on with a whole entry, and no temporary is left in the cache."""
+    damage, why = DAMAGE[case]
+    entry = _entry(capsys)
+    shard = _second_shard(entry)
+    size = shard.stat().st_size
+    damage(entry)
+    assert engines.compiled_core(TINY) == entry
+    why = why.format(shard=shard.name, size=size)
+    assert capsys.readouterr().err == (f"the cached core at {entry} is damaged ({why}); "
+                                       "rebuilding it\n")
+    assert small_cache == [entry, entry]
+    assert manifest.problem(entry) is None and (entry / manifest.STAMP).is_file()
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]
+    assert engines.compiled_core(TINY) == entry                  # and whole from now on
+    assert capsys.readouterr().err == "" and len(small_cache) == 2
+
+
+def test_an_entry_that_cannot_be_moved_is_refused(small_cache, capsys, monkeypatch):
+    entry = _entry(capsys)
+    (entry / "chip.json").unlink()
+    real = os.rename
+
+    def deny(src, dst):
+        if Path(src) == entry:
+            raise PermissionError(13, "Permission denied", str(src))
+        return real(src, dst)
+    monkeypatch.setattr(os, "rename", deny)
+    with pytest.raises(engines.CoreCacheError) as e:
+        engines.compiled_core(TINY)
+    assert e.value.exit_code == 2
+    assert str(e.value) == (f"the cached core at {entry} is damaged (chip.json is missing) and "
+                            f"cannot be moved out of the way (Permission denied); remove it "
+                            f"(rm -r {entry}) and run again")
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]      # no temporary left
+
+
+def test_an_entry_that_cannot_be_written_is_refused(small_cache, capsys, monkeypatch):
+    """A full disk while the entry is built: the message is about the cache, not an -o the
+    user never gave."""
+    import safetensors.torch as st
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(st, "save_file", full)
+    entry = engines.compiled_core_path(TINY)
+    with pytest.raises(engines.CoreCacheError) as e:
+        engines.compiled_core(TINY)
+    assert str(e.value) == (f"the cached core at {entry} could not be built: cannot write the "
+                            "checkpoint: No space left on device (nothing was changed); free "
+                            f"space in {entry.parent}, or set DELTACHIP_CACHE to another folder")
+    assert not entry.exists()
+
+
+def test_an_entry_an_engine_refuses_is_worded_for_the_cache(tmp_path, monkeypatch):
+    """An entry that passed its digest check but that the engine refuses: the reason, worded
+    for the cache (never "recompile it with deltachip compile"); a fast-engine refusal,
+    which rebuilding would not mend, is passed on as it is."""
+    from backends.checkpoint import RECOMPILE, ChipDirError
+    from backends.fast.model import FastRefused
+    from cpu import isa
+    from cpu.emulator import Machine
+    from cpu.rv32.loader import image_of
+    entry = tmp_path / "rv32-x"
+    monkeypatch.setattr(engines, "compiled_core", lambda *a, **k: entry)
+    machine = Machine()
+    machine.load_words([isa.encode("ecall", 0, 0, 0, 0)])
+    refused = ChipDirError(f"{entry}/config.json: corrupt (not a JSON object): {RECOMPILE}")
+
+    def load(self, path, dtype):
+        raise refused
+    monkeypatch.setattr(engines.HFCore, "_load", load)
+    with pytest.raises(engines.CoreCacheError) as e:
+        engines.HFCore(image_of(machine, TINY), TINY)
+    assert (e.value.exit_code, str(e.value)) == (2, (
+        f"the cached core at {entry} cannot be loaded ({entry}/config.json: corrupt (not a "
+        f"JSON object)); remove it (rm -r {entry}) and run again to rebuild it"))
+    refused = FastRefused(f"{entry}: the fast engine cannot run this checkpoint: ...")
+    with pytest.raises(FastRefused):
+        engines.HFCore(image_of(machine, TINY), TINY)
