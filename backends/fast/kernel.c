@@ -28,7 +28,8 @@ typedef struct {
     dc_csc zb;                  /* z [0,V), b [V,V+NV) as CSR rows past the ballast */
     const int8_t *delay;        /* [C] which earlier position a channel's conv reads; -1 none */
     dc_csc op;                  /* V -> H (out_proj) */
-    dc_csc gate, up;            /* H -> I */
+    dc_csc gate;                /* H -> I */
+    dc_csc upr;                 /* up_proj as CSR rows past the ballast (an active neuron's) */
     dc_csc down;                /* I -> H */
     const float *gw;            /* [DV] gated-norm weight */
     /* the constant ballast dims' part (backends/fast/model.py, _defaults): each sum of a
@@ -241,11 +242,14 @@ static int conv_out(const dc_model *m, dc_state *s, int li, int c, float src, in
 
 /* z or b projection output o (an index past the conv channels), rounded: its row over the
  * residual's dims past the ballast, from the ballast's part. */
-static float zb_out(const dc_model *m, const dc_state *s, const dc_layer *ly, int o) {
-    float acc = ly->ipb[m->C + o];
-    for (int64_t e = ly->zb.ptr[o]; e < ly->zb.ptr[o + 1]; e++)
-        acc += ly->zb.val[e] * s->h[ly->zb.idx[e]];
+static float row_out(const dc_model *m, const dc_csc *r, float start, int o, const float *h) {
+    float acc = start;
+    for (int64_t e = r->ptr[o]; e < r->ptr[o + 1]; e++) acc += r->val[e] * h[r->idx[e]];
     return RD(m, acc);
+}
+
+static float zb_out(const dc_model *m, const dc_state *s, const dc_layer *ly, int o) {
+    return row_out(m, &ly->zb, ly->ipb[m->C + o], o, s->h);
 }
 
 static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int nn) {
@@ -384,18 +388,17 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         s->pv[o] = act;
     }
     for (int a = 0; a < ng; a++) s->gm[s->gt[a]] = 0;
-    /* up over the nonzero inputs (an untouched neuron reads its default) */
-    int nu = spmv(&ly->up, ly->ub, s->h, s->nz, nn, s->ua, s->gt, s->gm);
+    /* up for the active neurons only, row by row (the sums are exact, so any order gives
+     * transformers' value; the model checked it at load) */
     int n = 0;
     for (int a = 0; a < np; a++) {
         int o = s->pt[a];
-        float u = s->gm[o] ? RD(m, s->ua[o]) : ly->ud[o];
+        float u = row_out(m, &ly->upr, ly->ub[o], o, s->h);
         float p = RD(m, s->pv[o] * u);
         if (p == 0.0f) continue;
         s->pv[o] = p;
         s->pt[n++] = o;
     }
-    for (int a = 0; a < nu; a++) s->gm[s->gt[a]] = 0;
     int nt = spmv(&ly->down, NULL, s->pv, s->pt, n, s->acc, s->at, s->am);
     residual_add(m, s, nt);
     return 0;

@@ -102,6 +102,7 @@ class Layer:
     op: Csc | None = None
     gate: Csc | None = None
     up: Csc | None = None
+    upr: Rows | None = None             # up_proj's rows past the ballast (the C kernel's)
     down: Csc | None = None
     gw: np.ndarray | None = None
     # what the constant ballast dims contribute (see :func:`_defaults`)
@@ -270,7 +271,7 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
                    n2=norm_scale(pre + "post_attention_layernorm.weight"),
                    ip=Csc.from_csr(*parts[0], H), zb=_past(_stack(parts[1:]), NB),
                    delay=delay, op=Csc.from_csr(*opr, V),
-                   gate=Csc.from_csr(*gate, H), up=Csc.from_csr(*up, H),
+                   gate=Csc.from_csr(*gate, H), up=Csc.from_csr(*up, H), upr=_past(up, NB),
                    down=Csc.from_csr(*dn, I), gw=gw)
         _defaults(ly, _stack(parts), gate, up, B, NB, C, dt, path, pre)
         nonzero += sum(c.nnz for c in (ly.op, ly.gate, ly.up, ly.down)) + sum(len(p[2]) for p in parts)

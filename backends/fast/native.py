@@ -39,7 +39,7 @@ CDEF = """
 typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
 typedef struct {
     int kind; int gdn; const float *n1, *n2; dc_csc ip; dc_csc zb; const int8_t *delay; dc_csc op;
-    dc_csc gate, up; dc_csc down; const float *gw;
+    dc_csc gate; dc_csc upr; dc_csc down; const float *gw;
     const float *ipb, *ipd; const float *gb, *gd, *ub, *ud;
     const int32_t *cda; int ncda; const uint8_t *cdl; const int32_t *dg; int ndg;
 } dc_layer;
@@ -179,10 +179,12 @@ class Native:
         if ly.kind != 0:
             return
         dst.n1, dst.n2 = self._ptr(ly.n1, "float"), self._ptr(ly.n2, "float")
-        for name in ("ip", "op", "gate", "up", "down"):
+        for name in ("ip", "op", "gate", "down"):
             self._csc(getattr(dst, name), getattr(ly, name))
-        dst.zb.ptr, dst.zb.idx, dst.zb.val = (self._ptr(a, t) for a, t in
-                                              zip(ly.zb, ("int64_t", "int32_t", "float")))
+        for name in ("zb", "upr"):
+            rows = getattr(dst, name)
+            rows.ptr, rows.idx, rows.val = (self._ptr(a, t) for a, t in
+                                            zip(getattr(ly, name), ("int64_t", "int32_t", "float")))
         dst.delay = self._ptr(ly.delay, "int8_t")
         dst.gw = self._ptr(ly.gw, "float")
         for name in ("ipb", "ipd", "gb", "gd", "ub", "ud"):
