@@ -9,7 +9,8 @@ compile``, an output path. Gives: OUT_DIR with
   vocab_size: chip token ``i`` is id ``offset + i``) and ``chip_vocab_size``;
 - the weights: every base shard copied byte for byte (renamed ``model-0000i-of-0000N``; a
   single-file base becomes shard 1), then one shard per chip weight file with the chip's
-  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``, ``chip.lm_head.weight``)
+  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``; the embedding and
+  lm_head in structured form when ``tables`` allows: :mod:`backends.merge.tables`)
   and the initial GDN state of each layer holding a memory image (``chip.rom_state_L``, fp32
   bits as int32), and ``model.safetensors.index.json``;
 - the base's tokenizer files with one special token per chip id (``<|chip:KIND:PAYLOAD|>``,

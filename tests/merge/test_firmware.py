@@ -102,3 +102,17 @@ def test_text_still_the_bases(bases, merged_core):
         lm, lb = m(input_ids=ids).logits, b(input_ids=ids).logits
     assert torch.equal(lm[..., :lb.shape[-1]], lb)
     assert bool((lm[..., lb.shape[-1]:] == float("-inf")).all())
+
+
+def test_firmware_options_are_checked(bases, chips, tmp_path, capsys):
+    """--target without --firmware, and a --firmware that is neither an ELF nor a shipped
+    program, are refused before anything is compiled or written."""
+    from deltachip.cli import main
+    assert main(["merge", str(bases["tied"]), str(tmp_path / "a"), "--chip",
+                 str(chips["counter"]), "--target", "compact"]) == 2
+    assert "--target applies to --firmware" in capsys.readouterr().err
+    assert main(["merge", str(bases["tied"]), str(tmp_path / "b"), "--firmware",
+                 "no-such-program"]) == 2
+    err = capsys.readouterr().err
+    assert "--firmware no-such-program: no such ELF file, nor a shipped program" in err
+    assert "calc" in err and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
