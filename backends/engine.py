@@ -52,6 +52,14 @@ class ChipEngine:
                  roms: dict[str, list[int]] | None = None):
         self.path = Path(path)
         self.chip = load_chip_json(path)
+        self._take_chip(dtype, roms)
+        check_config(path, self.chip)
+        check_weights_file(path)
+        check_digests(path)             # last: the checks above say more about what is wrong
+
+    def _take_chip(self, dtype: str | None, roms: dict[str, list[int]] | None) -> None:
+        """The dtype, memory images, circuit, numerics and target of ``self.chip`` (read
+        from ``self.path``/chip.json)."""
         self.dtype_name = dtype or self.chip["dtype"]
         if self.dtype_name not in DTYPES:
             raise ChipDirError(f"unknown dtype '{self.dtype_name}' (expected bf16 or fp32)")
@@ -64,9 +72,6 @@ class ChipEngine:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise ChipDirError(f"{self.path / 'chip.json'}: corrupt (cannot rebuild the circuit: "
                                f"{e.__class__.__name__}: {e}): {RECOMPILE}") from None
-        check_config(path, self.chip)
-        check_weights_file(path)
-        check_digests(path)             # last: the checks above say more about what is wrong
         self.num = self.chip["numerics"]
         self.tgt = self.chip["target"]
 

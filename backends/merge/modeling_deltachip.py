@@ -24,6 +24,8 @@ differ in kind at one position, ``inputs_embeds`` with chip positions, ``labels`
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 from transformers import DynamicCache, GenerationMixin
@@ -49,6 +51,11 @@ class DeltachipRoutedConfig(PreTrainedConfig):
     chip_rom_layers: list | None = None
     #: the base's own tying is ``base_config.tie_word_embeddings``; the merged model ties none
     tie_word_embeddings: bool = False
+    #: how the chip's token tables are stored: "plain" (``chip.model.embed_tokens.weight``,
+    #: ``chip.lm_head.weight``) or "structured" (:class:`PackedEmbedding`, :class:`KindHead`)
+    chip_tables: str = "plain"
+    #: the structured tables' sizes: embed_cols, embed_palette, head_kinds, head_rows
+    chip_tables_shape: dict | None = None
 
 
 class RoutedCache:
@@ -88,15 +95,120 @@ class RoutedCache:
                                   "be rolled back)")
 
 
+def _as_float(bits: torch.Tensor) -> torch.Tensor:
+    """float32 values stored as their int32 bits (loading in any dtype never rounds them)."""
+    return bits.view(torch.float32)
+
+
+def embedding_rows(ids: torch.Tensor, const: torch.Tensor, cols: torch.Tensor,
+                   palette: torch.Tensor, codes: torch.Tensor, dtype: torch.dtype
+                   ) -> torch.Tensor:
+    """The embedding rows of ``ids`` [N] ([N, hidden], ``dtype``): ``const`` (float32 bits
+    [hidden]) on every column, then on columns ``cols`` [U] the ``palette`` value (float32
+    bits [P]) each id's code names; ``codes`` [vocab, bytes] holds one bit per column when
+    the palette has at most 2 values, else one byte. No arithmetic: a gather, so exact."""
+    c = codes[ids]
+    n = cols.shape[0]
+    if palette.shape[0] <= 2:
+        j = torch.arange(n, device=c.device)
+        idx = (c[:, j // 8] >> (j % 8).to(torch.uint8)) & 1
+    else:
+        idx = c[:, :n]
+    rows = _as_float(const).to(dtype).expand(ids.shape[0], -1).clone()
+    rows[:, cols] = _as_float(palette).to(dtype)[idx.long()]
+    return rows
+
+
+def head_rows(kinds: torch.Tensor, basis: torch.Tensor, dtype: torch.dtype, lo: int, hi: int
+              ) -> torch.Tensor:
+    """lm_head rows ``lo..hi-1`` of one token kind (``kinds`` [K, 3]: first id, payload bits,
+    first basis row): its base row plus, for every set bit j of the payload, the bit's delta
+    (``basis`` float32 bits [rows, hidden]: per kind the base row then one delta per bit);
+    summed in float64, exact (the merge checks every row against the chip's), cast to
+    ``dtype``."""
+    k = int(torch.searchsorted(kinds[:, 0].contiguous(), torch.tensor(lo), right=True)) - 1
+    off, nb, r0 = (int(x) for x in kinds[k])
+    assert off <= lo and hi <= off + (1 << nb), (lo, hi)
+    b = _as_float(basis[r0:r0 + 1 + nb]).double()
+    u = torch.arange(lo - off, hi - off, device=basis.device)
+    bits = ((u[:, None] >> torch.arange(nb, device=basis.device)) & 1).double()
+    return (b[0] + bits @ b[1:]).to(dtype)
+
+
+#: lm_head rows expanded per call of :func:`head_rows`
+HEAD_CHUNK = 1 << 14
+
+
+class PackedEmbedding(nn.Module):
+    """The chip's token embedding stored as its structure: a constant row (the ballast),
+    and on the columns that differ between ids a small palette of values and one code per
+    id and column (:func:`embedding_rows`)."""
+
+    def __init__(self, vocab: int, hidden: int, cols: int, palette: int,
+                 dtype_of):
+        super().__init__()
+        nbytes = -(-cols // 8) if palette <= 2 else cols
+        self.register_buffer("const", torch.zeros(hidden, dtype=torch.int32))
+        self.register_buffer("cols", torch.zeros(cols, dtype=torch.int64))
+        self.register_buffer("palette", torch.zeros(palette, dtype=torch.int32))
+        self.register_buffer("codes", torch.zeros(vocab, nbytes, dtype=torch.uint8))
+        self._dtype_of = dtype_of
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1)
+        rows = embedding_rows(flat, self.const, self.cols, self.palette, self.codes,
+                              self._dtype_of())
+        return rows.view(*ids.shape, rows.shape[-1])
+
+
+class KindHead(nn.Module):
+    """The chip's lm_head stored as its structure: per token kind a base row and one delta
+    per payload bit (:func:`head_rows`); the full matrix is expanded once, at the first call
+    in a dtype, and the logits are ``F.linear`` of it as with a plain lm_head."""
+
+    def __init__(self, vocab: int, hidden: int, kinds: int, rows: int):
+        super().__init__()
+        self.vocab = vocab
+        self.register_buffer("kinds", torch.zeros(kinds, 3, dtype=torch.int64))
+        self.register_buffer("basis", torch.zeros(rows, hidden, dtype=torch.int32))
+        self._weight: torch.Tensor | None = None
+
+    def expanded(self, dtype: torch.dtype) -> torch.Tensor:
+        w = self._weight
+        if w is None or w.dtype != dtype or w.device != self.basis.device:
+            w = torch.empty(self.vocab, self.basis.shape[1], dtype=dtype,
+                            device=self.basis.device)
+            for off, nb, _ in self.kinds.tolist():
+                for lo in range(off, off + (1 << nb), HEAD_CHUNK):
+                    hi = min(off + (1 << nb), lo + HEAD_CHUNK)
+                    w[lo:hi] = head_rows(self.kinds, self.basis, dtype, lo, hi)
+            self._weight = w
+        return w
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(hidden, self.expanded(hidden.dtype))
+
+
 class DeltachipChip(nn.Module):
     """The chip: transformers' Qwen3.5 text model with its own lm_head, and the initial GDN
     state of every layer holding a memory image (fp32 bits stored as int32, so loading in
     another dtype never rounds them)."""
 
-    def __init__(self, config: Qwen3_5TextConfig, rom_layers: list[int]):
+    def __init__(self, config: Qwen3_5TextConfig, rom_layers: list[int],
+                 tables: dict | None = None):
         super().__init__()
-        self.model = Qwen3_5TextModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if tables is None:
+            self.model = Qwen3_5TextModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        else:       # structured tables: no dense embedding is ever allocated
+            small = copy.copy(config)
+            small.vocab_size = 1
+            self.model = Qwen3_5TextModel(small)
+            self.model.embed_tokens = PackedEmbedding(
+                config.vocab_size, config.hidden_size, tables["embed_cols"],
+                tables["embed_palette"], lambda: self.model.norm.weight.dtype)
+            self.lm_head = KindHead(config.vocab_size, config.hidden_size,
+                                    tables["head_kinds"], tables["head_rows"])
         shape = (config.linear_num_value_heads, config.linear_key_head_dim,
                  config.linear_value_head_dim)
         self.rom_layers = list(rom_layers)
@@ -107,7 +219,7 @@ class DeltachipChip(nn.Module):
         """A cache for ``batch`` streams whose GDN layers are started (recurrent kernel from
         the first token) with the memory images loaded: what the chip's engine starts from."""
         cfg = self.model.config
-        dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
+        dtype, device = self.model.norm.weight.dtype, self.model.norm.weight.device
         cache = DynamicCache(config=cfg)
         nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
         dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
@@ -149,7 +261,8 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         self.tied = bool(base.tie_word_embeddings)
         if not self.tied:
             self.lm_head = nn.Linear(base.hidden_size, base.vocab_size, bias=False)
-        self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [])
+        tables = config.chip_tables_shape if config.chip_tables == "structured" else None
+        self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [], tables)
         self.post_init()
 
     # ---- ids and caches ------------------------------------------------------------------

@@ -9,7 +9,8 @@ compile``, an output path. Gives: OUT_DIR with
   vocab_size: chip token ``i`` is id ``offset + i``) and ``chip_vocab_size``;
 - the weights: every base shard copied byte for byte (renamed ``model-0000i-of-0000N``; a
   single-file base becomes shard 1), then one shard per chip weight file with the chip's
-  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``, ``chip.lm_head.weight``)
+  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``; the embedding and
+  lm_head in structured form when ``tables`` allows: :mod:`backends.merge.tables`)
   and the initial GDN state of each layer holding a memory image (``chip.rom_state_L``, fp32
   bits as int32), and ``model.safetensors.index.json``;
 - the base's tokenizer files with one special token per chip id (``<|chip:KIND:PAYLOAD|>``,
@@ -32,12 +33,15 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
 from common.outputs import building_dir, os_reason, prepare_dir_output
+
+if TYPE_CHECKING:
+    from backends.merge.firmware import Firmware
 
 FORMAT = "deltachip-merge"
 FORMAT_VERSION = 1
@@ -51,6 +55,8 @@ OURS = {"config.json", INDEX, MANIFEST, MODELING, "deltachip", "generation_confi
 #: room kept free on the output's disk beyond the checkpoint's size
 DISK_MARGIN = 64 << 20
 DTYPE_NAMES = {"bf16": "bfloat16", "fp32": "float32"}
+#: how the chip's token tables may be stored (merge_routed's ``tables``)
+TABLES = ("auto", "structured", "plain")
 
 
 @dataclass
@@ -131,14 +137,17 @@ class _Chip:
     rom_states: dict[int, bytes]
     rom_shape: tuple[int, int, int]
     chip_json: bytes
+    roms: dict[str, list[int]]      # the memory images merged (the chip's, or a firmware's)
 
 
-def _read_chip(path: Path, dtype: str | None) -> _Chip:
-    """The chip at ``path``, checked as every engine checks it (ChipDirError otherwise)."""
+def _read_chip(path: Path, dtype: str | None,
+               roms: dict[str, list[int]] | None = None) -> _Chip:
+    """The chip at ``path``, checked as every engine checks it (ChipDirError otherwise);
+    ``roms`` (memory name -> words) replace its own memory images."""
     import torch
     from backends.checkpoint import weights_file
     from backends.engine import ChipEngine
-    eng = ChipEngine(path)
+    eng = ChipEngine(path, roms=roms)
     compiled = eng.chip["dtype"]
     if dtype is not None and dtype != compiled:
         raise MergeError(f"chip {path} was compiled for {compiled}, not {dtype}: its exactness "
@@ -160,7 +169,7 @@ def _read_chip(path: Path, dtype: str | None) -> _Chip:
             full[vh] = st
         states[layer] = full.view(torch.int32).numpy().tobytes()
     return _Chip(path, eng.chip, cfg, files, states, (nv, dk, dv),
-                 (path / "chip.json").read_bytes())
+                 (path / "chip.json").read_bytes(), eng.roms)
 
 
 def _chip_name(name: str) -> str:
@@ -211,31 +220,56 @@ def _rom_hex(words: list[int], width: int) -> str:
 
 def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                  dtype: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> MergeReport:
+                 progress: Callable[[str], None] | None = None,
+                 tables: str = "auto", firmware: Firmware | None = None) -> MergeReport:
     """Write the routed merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
-    the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's."""
+    the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
+    ``tables``: how the chip's embedding and lm_head are stored: ``structured``
+    (:mod:`backends.merge.tables`; refused when the chip's tables lack the structure),
+    ``plain`` (byte for byte), or ``auto`` (structured when the chip's tables have the
+    structure and it is smaller). ``firmware``: a RISC-V program whose memory images replace
+    the chip's (the chip is then the core: :func:`backends.merge.firmware.core_for`)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
+    if tables not in TABLES:
+        raise ValueError(f"tables must be one of {', '.join(TABLES)}, got {tables!r}")
     say("reading the base")
     base = read_base(base_dir)
     say("reading the chip")
-    chip = _read_chip(chip_dir, dtype)
+    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None)
     dtype = chip.chip["dtype"]
     prepare_output(out, base_dir, chip_dir)
     names = chip_token_names(chip.chip)
     offset = base.vocab_size
     texts = _text_files(base, names, offset)
+    packed = None
+    if tables != "plain":
+        say("reading the chip's token tables")
+        from backends.merge.tables import EMBED, HEAD, structure
+        packed = structure(chip.files, chip.chip)
+        if isinstance(packed, str):
+            if tables == "structured":
+                raise MergeError(f"chip {chip_dir}: its token tables cannot be stored "
+                                 f"structured: {packed}; merge with --tables plain")
+            packed = None
+        elif tables == "auto" and packed.nbytes >= packed.plain_nbytes:
+            packed = None
+    skip = {EMBED, HEAD} if packed is not None else set()
 
     # the shards: the base's as they are, then one per chip weight file
     chip_shards: list[list[OutTensor]] = []
     for h in chip.files:
         chip_shards.append([OutTensor(_chip_name(t.name), t.dtype, t.shape, t.nbytes, h.path,
                                       t.begin) for t in sorted(h.tensors.values(),
-                                                               key=lambda t: t.begin)])
+                                                               key=lambda t: t.begin)
+                            if t.name not in skip])
+    chip_shards = [s for s in chip_shards if s] or [[]]
     nv, dk, dv = chip.rom_shape
     chip_shards[-1] += [OutTensor(f"chip.rom_state_{layer}", "I32", (nv, dk, dv), len(b),
                                   data=b) for layer, b in chip.rom_states.items()]
+    if packed is not None:
+        chip_shards[-1] += packed.tensors
     n = len(base.files) + len(chip_shards)
     names_out = [shard_name(i, n) for i in range(n)]
     meta = {"format": "pt"}
@@ -260,22 +294,37 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             weight_map.update(dict.fromkeys((t.name for t in tensors), name))
         index = {"metadata": {"total_size": sum(sizes)}, "weight_map": weight_map}
         (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
-        (tmp / "config.json").write_text(json.dumps(
-            _config(base, chip, offset, len(names), dtype), indent=2) + "\n")
+        cfg = _config(base, chip, offset, len(names), dtype)
+        if packed is not None:
+            cfg["chip_tables"], cfg["chip_tables_shape"] = "structured", packed.shape
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
         for fname, data in texts.items():
             (tmp / fname).write_bytes(data)
         (tmp / "deltachip" / "roms").mkdir(parents=True)
         (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
         roms = {}
-        for mem, words in sorted(chip.chip["roms"].items()):
+        for mem, words in sorted(chip.roms.items()):
             roms[mem] = f"deltachip/roms/{mem}.hex"
             (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
-        (tmp / MANIFEST).write_text(json.dumps(
-            _manifest(base, chip, offset, names, dtype, roms), indent=2) + "\n")
+        manifest = _manifest(base, chip, offset, names, dtype, roms)
+        manifest["chip"]["tables"] = _tables_entry(chip, packed)
+        if firmware is not None:
+            manifest["firmware"] = firmware.manifest()
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
                        sum(sizes[len(base.files):]), time.perf_counter() - t0, names_out,
                        len(names), offset)
+
+
+def _tables_entry(chip: _Chip, packed: Any) -> dict[str, Any]:
+    """The manifest's account of how the chip's token tables are stored."""
+    plain = sum(t.nbytes for h in chip.files for n, t in h.tensors.items()
+                if n in ("model.embed_tokens.weight", "lm_head.weight"))
+    if packed is None:
+        return {"form": "plain", "bytes": plain}
+    return {"form": "structured", "bytes": packed.nbytes, "plain_bytes": plain,
+            **packed.shape}
 
 
 def _text_files(base: Base, names: list[str], offset: int) -> dict[str, bytes]:

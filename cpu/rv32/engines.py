@@ -385,6 +385,17 @@ class HFCore(CoreEngine):
         return s
 
 
+class MergedCore(HFCore):
+    """The core inside a routed merged checkpoint (``deltachip merge --firmware``): every
+    token through the whole merged model, routed to its chip part
+    (:class:`backends.merge.engine.MergedEngine`), the run's program preloaded."""
+    name = "hf"
+
+    def _load(self, path: Path, dtype: str) -> Any:
+        from backends.merge.engine import MergedEngine
+        return MergedEngine(path, dtype, roms=self.image.images)
+
+
 class FastCore(HFCore):
     """The compiled core on the fast engine (:class:`backends.fast.engine.FastEngine`): the
     same checkpoint as ``hf``, run sparsely in C, bit-identical. Tokens are made in chunks
@@ -437,17 +448,20 @@ class CoreBatch:
     :class:`RunResult` per stream, in order; ``counters()`` what the progress line shows."""
 
     def __init__(self, images: list[CoreImage], engine: str = "fast", target: str = "compact",
-                 dtype: str = "bf16", threads: int | None = None):
+                 dtype: str = "bf16", threads: int | None = None, model: Path | None = None):
         from backends.target import get_target
-        get_target(target)
         self.name, self.target = engine, target
-        path = compiled_core(FULL, target, dtype)
-        if engine == "fast":
+        if model is not None:                   # hf on a merged checkpoint's chip
+            from backends.merge.engine import MergedEngine
+            self.eng: Any = MergedEngine(model, dtype)
+        elif engine == "fast":
             from backends.fast.engine import FastEngine
-            self.eng: Any = FastEngine(path, dtype, threads=1)
+            get_target(target)
+            self.eng = FastEngine(compiled_core(FULL, target, dtype), dtype, threads=1)
         else:
             from backends.hf_engine import HFEngine
-            self.eng = HFEngine(path, dtype)
+            get_target(target)
+            self.eng = HFEngine(compiled_core(FULL, target, dtype), dtype)
         self.threads = max(1, threads or os.cpu_count() or 1)
         self.cache = self.eng.new_cache(len(images), roms=[im.images for im in images])
         self.readers = [TraceReader(word_at=im.machine.read_word) for im in images]
@@ -504,9 +518,19 @@ def sim_engine(path: Path, input_text: bytes | None) -> SimCore:
 
 
 def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
-              dtype: str = "bf16", engine: type[HFCore] = HFCore) -> HFCore:
+              dtype: str | None = None, engine: type[HFCore] = HFCore,
+              model: Path | None = None) -> HFCore:
     """``deltachip run --engine hf [--target T] [--dtype D]``: the full core, compiled (and
-    cached) for ``target``/``dtype``, in transformers (or on ``engine``)."""
+    cached) for ``target``/``dtype``, in transformers (or on ``engine``). ``--model DIR``: the
+    core inside the routed merged checkpoint DIR instead (:class:`MergedCore`; the core's
+    sizes and dtype are the merge's)."""
+    if model is not None:
+        from backends.merge.engine import core_sizes, read_manifest
+        manifest = read_manifest(Path(model))
+        sizes = core_sizes(manifest)
+        return MergedCore(load_program(path, input_text, sizes), sizes, target="merged",
+                          dtype=dtype or manifest.get("dtype", "bf16"), checkpoint=Path(model))
+    dtype = dtype or "bf16"
     from backends.target import get_target
     get_target(target)                  # a bad --target is refused before any work
     image = load_program(path, input_text)
@@ -514,16 +538,24 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
 
 
 def core_batch(path: Path, inputs: list[bytes], engine: str = "fast", target: str = "compact",
-               dtype: str = "bf16", threads: int | None = None) -> CoreBatch:
-    """The program once per input, all streams on one ``engine`` (hf or fast). An input that
-    does not fit is refused as ``ElfError("K: why")``, K its 1-based line."""
+               dtype: str | None = None, threads: int | None = None,
+               model: Path | None = None) -> CoreBatch:
+    """The program once per input, all streams on one ``engine`` (hf or fast; ``model``: hf
+    on a routed merged checkpoint). An input that does not fit is refused as
+    ``ElfError("K: why")``, K its 1-based line."""
+    sizes = FULL
+    if model is not None:
+        from backends.merge.engine import core_sizes, read_manifest
+        manifest = read_manifest(Path(model))
+        sizes, target = core_sizes(manifest), "merged"
+        dtype = dtype or manifest.get("dtype")
     images = []
     for k, text in enumerate(inputs, 1):
         try:
-            images.append(load_program(path, text))
+            images.append(load_program(path, text, sizes))
         except ElfError as e:
             raise ElfError(f"{k}: {e}") from None
-    return CoreBatch(images, engine, target, dtype, threads)
+    return CoreBatch(images, engine, target, dtype or "bf16", threads, model)
 
 
 def hf_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
@@ -537,7 +569,7 @@ def fast_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
 
 
 def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",
-                dtype: str = "bf16") -> FastCore:
+                dtype: str | None = None) -> FastCore:
     """``deltachip run --engine fast``: the same compiled core as ``hf``, on the fast
     engine."""
     return hf_engine(path, input_text, target, dtype, FastCore)

@@ -1,9 +1,11 @@
 """``deltachip merge``: a compiled chip merged into a stock Qwen3.5 text checkpoint.
 
 Takes: BASE_DIR (a local Qwen3.5 text checkpoint: config.json, safetensors single or sharded
-with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``),
-``--dtype`` (default: the chip's; it must be the chip's) and ``--layout`` (``routed``, the
-only one so far). Gives: OUT_DIR as :mod:`backends.merge.routed` describes it, written
+with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``) or
+``--firmware calc|PROG.elf`` (the RISC-V core for the base's shapes from the core cache,
+``--target`` to choose another, with the program's memory images), ``--dtype`` (default:
+the chip's; it must be the chip's), ``--tables`` (how the chip's token tables are stored)
+and ``--layout`` (``routed``, the only one so far). Gives: OUT_DIR as :mod:`backends.merge.routed` describes it, written
 atomically, and a summary on stdout. Exit 0; a bad base, chip or output path, a full disk:
 a UserError (status 2), nothing written and BASE_DIR untouched. docs/merge.md.
 """
@@ -22,6 +24,8 @@ chip gives alone."""
 EPILOG = """examples:
   deltachip compile examples/counter/counter.hdl -o build/counter
   deltachip merge ~/models/qwen3.5-text build/merged --chip build/counter
+  deltachip merge ~/models/qwen3.5-text build/merged-calc --firmware calc
+  deltachip run calc.elf --engine hf --model build/merged-calc --input '2**100'
 
   then, in Python:
     model = AutoModelForCausalLM.from_pretrained("build/merged", trust_remote_code=True)
@@ -38,8 +42,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(read only, never written)")
     p.add_argument("output", metavar="OUT_DIR", help="where the merged checkpoint goes (new, "
                    "empty, or a previous merge output)")
-    p.add_argument("--chip", required=True, metavar="CHIP_DIR",
-                   help="a directory written by `deltachip compile`")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--chip", metavar="CHIP_DIR",
+                      help="a directory written by `deltachip compile`")
+    what.add_argument("--firmware", metavar="PROG",
+                      help="the RISC-V core (cpu/rv32) as the chip, compiled for the base's "
+                           "shapes (or taken from the core cache), with this program's memory "
+                           "images: a shipped program's name (calc, hello, ...) or an ELF")
+    p.add_argument("--target", default=None, metavar="T",
+                   help="--firmware: the target the core is compiled for (default: "
+                        "qwen3.5-4b for a base of Qwen3.5-4B's shapes, else the base's "
+                        "config.json)")
+    p.add_argument("--tables", choices=["auto", "structured", "plain"], default="auto",
+                   help="how the chip's embedding and lm_head are stored: structured (a "
+                        "constant row, a palette and a bit per id and column; per token kind "
+                        "a base row and a delta per payload bit; expanded exactly by the "
+                        "modeling file), plain (byte for byte), auto (default: structured "
+                        "when the chip's tables have that structure)")
     p.add_argument("--dtype", choices=[d.value for d in DType], default=None,
                    help="the dtype the merged model runs in (default and only choice: the "
                         "chip's own)")
@@ -50,9 +69,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def merge_command(args: argparse.Namespace) -> int:
     import sys
+    from common.errors import UserError
     from backends.merge.routed import merge_routed
-    r = merge_routed(args.base, args.output, args.chip, args.dtype,
-                     progress=lambda s: print(f"merge: {s}", file=sys.stderr))
+    say = lambda s: print(f"merge: {s}", file=sys.stderr, flush=True)  # noqa: E731
+    chip, firmware = args.chip, None
+    if args.target is not None and args.firmware is None:
+        raise UserError("--target applies to --firmware (the core is compiled for it); a "
+                        "--chip is merged as it was compiled")
+    if args.firmware is not None:
+        from pathlib import Path
+        from backends.merge.base import read_base
+        from backends.merge.firmware import core_for, core_target, load_firmware
+        from backends.target import get_target
+        base = read_base(args.base)
+        target = args.target or core_target(base.config, Path(args.base) / "config.json")
+        get_target(target)
+        firmware = load_firmware(args.firmware)
+        chip = core_for(firmware, target, args.dtype or "bf16", progress=say)
+    r = merge_routed(args.base, args.output, chip, args.dtype, progress=say,
+                     tables=args.tables, firmware=firmware)
     print(f"{r.out}: routed merge, {len(r.shards)} shards, {r.out_bytes:,} bytes "
           f"(base {r.base_bytes:,}, chip {r.chip_bytes:,}; {r.out_bytes / r.base_bytes:.3f}x "
           f"the base), chip tokens {r.token_offset}..{r.token_offset + r.chip_tokens - 1}, "

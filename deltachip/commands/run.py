@@ -121,6 +121,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compiled engines: compact (default), qwen3.5-4b or a Qwen3.5 config.json")
     p.add_argument("--dtype", choices=[d.value for d in DType], default=None,
                    help="compiled engines: weight dtype (default bf16)")
+    p.add_argument("--model", type=Path, default=None, metavar="MERGED_DIR",
+                   help="--engine hf: run the core inside a checkpoint written by `deltachip "
+                        "merge --firmware` (routed layout), through the whole merged model")
     p.add_argument("--stats", type=Path, metavar="OUT.json",
                    help="write run statistics (engine, instructions, seconds, exit_code, …)")
     p.add_argument("--trace", type=Path, metavar="OUT",
@@ -164,8 +167,9 @@ def run_command(args: argparse.Namespace) -> int:
     return status
 
 
-def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, str]:
-    """--target and --dtype, refused for an engine that runs no compiled model."""
+def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any]:
+    """--target, --dtype and --model, refused for an engine that runs no compiled model
+    (--model: hf only)."""
     options = {}
     for opt in ("target", "dtype"):
         if getattr(args, opt) is not None:
@@ -173,6 +177,14 @@ def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, str
                 raise UserError(f"--{opt} applies to the compiled engines (hf, fast), not "
                                 f"--engine {engine.name}")
             options[opt] = getattr(args, opt)
+    if args.model is not None:
+        if engine.name != "hf":
+            raise UserError(f"--model runs the core inside a merged checkpoint on --engine hf, "
+                            f"not --engine {engine.name}")
+        if args.target is not None:
+            raise UserError("--model and --target do not combine: a merged checkpoint's core "
+                            "was compiled for its base")
+        options["model"] = args.model
     return options
 
 
@@ -205,7 +217,7 @@ def _one_line(output: bytes) -> bytes:
     return output.removesuffix(b"\n").replace(b"\\", b"\\\\").replace(b"\n", b"\\n")
 
 
-def run_inputs(args: argparse.Namespace, engine: Engine, options: dict[str, str]) -> int:
+def run_inputs(args: argparse.Namespace, engine: Engine, options: dict[str, Any]) -> int:
     """``--inputs FILE``: the program once per line, one output line each (docs/cpu.md)."""
     from cpu.emulator import ElfError
     inputs = read_inputs(args.inputs, args.program)

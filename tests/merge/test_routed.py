@@ -54,12 +54,51 @@ def test_every_base_tensor_is_byte_identical(bases, chips, merged, base):
                 assert index[name] == shard.name
                 assert torch.equal(fb.get_tensor(name).view(torch.uint8).flatten(),
                                    fo.get_tensor(name).view(torch.uint8).flatten())
-    # the chip's tensors, byte for byte, under chip.
+    # the chip's tensors, byte for byte, under chip. (its token tables are structured)
     src = chips["counter"] / "model.safetensors"
     with safe_open(str(src), "pt") as fc:
         for name in fc.keys():
+            if name in ("model.embed_tokens.weight", "lm_head.weight"):
+                assert "chip." + name not in index
+                continue
             with safe_open(str(out / index["chip." + name]), "pt") as fo:
                 assert torch.equal(fc.get_tensor(name), fo.get_tensor("chip." + name))
+
+
+@pytest.mark.parametrize("chip,dtype", [("counter", "bf16"), ("counter32", "fp32"),
+                                        ("stack", "bf16")])
+def test_structured_tables_are_the_chips(merged, chips, chip, dtype):
+    """The chip's embedding and lm_head, stored structured, expand to the chip's own tables
+    bit for bit; the manifest says how they are stored."""
+    eng = _chip_alone(chips[chip], dtype)
+    out = merged("tied", chip)
+    m = load(out, DTYPES[dtype])
+    assert m.config.chip_tables == "structured"
+    emb, head = eng.model.model.embed_tokens.weight, eng.model.lm_head.weight
+    ids = torch.arange(emb.shape[0])
+    with torch.no_grad():
+        assert torch.equal(m.chip.model.embed_tokens(ids[None])[0], emb)
+        assert torch.equal(m.chip.lm_head.expanded(head.dtype), head)
+    tables = json.loads((out / "deltachip.json").read_text())["chip"]["tables"]
+    assert tables["form"] == "structured" and tables["bytes"] < tables["plain_bytes"]
+
+
+def test_plain_tables_are_the_chips_bytes(bases, chips, tmp_path):
+    """--tables plain: every chip tensor byte for byte under chip., and the chip runs."""
+    from backends.merge.routed import merge_routed
+    out = tmp_path / "plain"
+    merge_routed(bases["tied"], out, chips["counter"], tables="plain")
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    with safe_open(str(chips["counter"] / "model.safetensors"), "pt") as fc:
+        for name in fc.keys():
+            with safe_open(str(out / index["chip." + name]), "pt") as fo:
+                assert torch.equal(fc.get_tensor(name), fo.get_tensor("chip." + name))
+    m = load(out, torch.bfloat16)
+    assert m.config.chip_tables == "plain"
+    with torch.no_grad():
+        g = m.generate(input_ids=torch.tensor([[VOCAB]]), max_new_tokens=12, do_sample=False,
+                       pad_token_id=0)
+    assert (g[0] - VOCAB).tolist() == list(range(10)) + [256] * 3
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

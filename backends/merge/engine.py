@@ -1,0 +1,135 @@
+"""The chip inside a routed merged checkpoint, as an engine.
+
+Takes: a directory written by ``deltachip merge`` (routed layout). Gives:
+:class:`MergedEngine`, the :class:`backends.engine.ChipEngine` interface over the merged
+model loaded the way its users load it (``AutoModelForCausalLM.from_pretrained(DIR,
+trust_remote_code=True)``): every step is a call of the whole merged model with the chip's
+ids (``chip_token_offset + id``) and a :class:`RoutedCache`, so the routing, the stored
+tables and the chip's layers are what runs; the next token is the argmax of the logits,
+which are ``-inf`` on the base's ids. Memory images come from the program being run
+(``roms``), as with :class:`backends.hf_engine.HFEngine`; the chip's chip.json is the copy
+the merge keeps in ``DIR/deltachip/chip.json``.
+
+``deltachip run PROG.elf --engine hf --model DIR`` runs the core this way
+(:class:`cpu.rv32.engines.MergedCore`).
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from backends.checkpoint import ChipDirError, load_chip_json
+from backends.engine import ChipEngine
+
+MANIFEST = "deltachip.json"
+FORMAT = "deltachip-merge"
+
+
+class MergedEngine(ChipEngine):
+    """A routed merged checkpoint's chip (see the module docstring)."""
+
+    name = "hf"
+
+    def __init__(self, path: str | Path, dtype: str | None = None,
+                 roms: dict[str, list[int]] | None = None):
+        d = Path(path)
+        self.merged = d
+        self.manifest = read_manifest(d)
+        # ChipEngine's reading of chip.json, from the copy the merge keeps
+        self.path = d / "deltachip"
+        self.chip = load_chip_json(self.path)
+        self._take_chip(dtype or self.manifest.get("dtype"), roms)
+        self.model = self._load_model()
+        self.offset = int(self.model.config.chip_token_offset)
+        self.config = self.model.chip.model.config
+
+    def _load_model(self) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = AutoModelForCausalLM.from_pretrained(str(self.merged), dtype=self.dtype,
+                                                             trust_remote_code=True)
+        except (OSError, ValueError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+            raise ChipDirError(f"{self.merged}: transformers cannot load the merged checkpoint "
+                               f"({first}): merge it again") from None
+        return model.eval()
+
+    def new_cache(self, batch: int = 1,
+                  roms: Sequence[dict[str, list[int]]] | None = None) -> Any:
+        """A routed cache whose chip part is started with the memory images preloaded: the
+        engine's images in every row, or row b's own ``roms[b]``."""
+        cache = self.model.new_cache(batch)
+        chip = self.model.chip.new_cache(batch)
+        rows = _rows(self.row_states(batch, roms))
+        # the layers holding the merged images are the run's: its own images, or zero
+        for li in sorted(set(self.model.chip.rom_layers) | set(rows)):
+            rec = chip.layers[li].recurrent_states[0]
+            rec.zero_()
+            for b, vh, st in rows.get(li, []):
+                rec[b, vh] = st
+        cache.chip = chip
+        return cache
+
+    @torch.no_grad()
+    def decode_step(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
+        """One token per row through the merged model; the argmax ids [B] (chip ids)."""
+        x = torch.tensor(list(ids), dtype=torch.long)[:, None] + self.offset
+        out = self.model(input_ids=x, cache=cache, use_cache=True)
+        return out.logits[:, -1].argmax(-1) - self.offset
+
+    @torch.no_grad()
+    def prefill(self, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
+        if self.byte_cells_inexact() and ids.shape[-1] > 1:
+            raise ChipDirError(f"{self.merged}: this chip stores bytes in memory cells, which "
+                               "fp32 chunked prefill does not read exactly: decode token by "
+                               "token")
+        cache = cache if cache is not None else self.new_cache(ids.shape[0])
+        out = self.model(input_ids=ids + self.offset, cache=cache, use_cache=True)
+        return out.logits.argmax(-1) - self.offset, cache
+
+    def recurrent_state(self, cache: Any, layer: int, row: int) -> torch.Tensor:
+        return cache.chip.layers[layer].recurrent_states[0][row]
+
+
+def _rows(rows: list[dict[int, dict[int, torch.Tensor]]]
+          ) -> dict[int, list[tuple[int, int, torch.Tensor]]]:
+    """layer -> [(row, value head, state)] of per-row preloaded states."""
+    out: dict[int, list[tuple[int, int, torch.Tensor]]] = {}
+    for b, states in enumerate(rows):
+        for li, heads in states.items():
+            out.setdefault(li, []).extend((b, vh, st) for vh, st in heads.items())
+    return out
+
+
+def core_sizes(manifest: dict[str, Any]) -> Any:
+    """The core sizes a merged checkpoint's firmware was loaded for (the full core when the
+    manifest names none)."""
+    from cpu.rv32.build import FULL, CoreSizes
+    sz = (manifest.get("firmware") or {}).get("core_sizes")
+    return CoreSizes(**sz) if isinstance(sz, dict) else FULL
+
+
+def read_manifest(d: Path) -> dict[str, Any]:
+    """The manifest of merged checkpoint ``d`` (ChipDirError when ``d`` is not one)."""
+    f = d / MANIFEST
+    if not d.is_dir():
+        raise ChipDirError(f"--model {d}: {'no such directory' if not d.exists() else 'not a directory'}")
+    try:
+        m = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ChipDirError(f"--model {d}: not a checkpoint written by `deltachip merge` (no "
+                           f"readable {MANIFEST})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise ChipDirError(f"--model {d}: {MANIFEST} is not a deltachip merge manifest")
+    if m.get("layout") != "routed":
+        raise ChipDirError(f"--model {d}: layout {m.get('layout')!r}; the chip path runs the "
+                           "routed layout")
+    return m

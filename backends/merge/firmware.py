@@ -1,0 +1,102 @@
+"""``deltachip merge --firmware``: the RISC-V core as the chip, a program's memory images in it.
+
+Takes: a firmware spec (the name of a shipped program, ``calc`` or ``hello``..., built with
+:mod:`firmware.toolchain`; or the path of an ELF), the core's sizes and the base. Gives:
+:class:`Firmware` (the program's memory images as :func:`cpu.rv32.loader.load_program`
+makes them, its name and sha256, for the manifest) and :func:`core_for`: the compiled core
+for the base's shapes from the core cache (:func:`cpu.rv32.engines.compiled_core`,
+compiled on first use: minutes and several GB at real shapes).
+
+The target: a base with Qwen3.5-4B's GDN heads and MLP width gets ``qwen3.5-4b`` (the core
+cache's entry that ``deltachip run --target qwen3.5-4b`` uses too); any other base, its own
+config.json as the target (its GDN head shapes and MLP width; the chip keeps its own
+residual either way, as the routed layout wants).
+"""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from backends.merge.stfile import MergeError
+
+
+@dataclass
+class Firmware:
+    """A program loaded for the core: its images (memory name -> words) and what the
+    manifest says of it."""
+    name: str
+    path: Path
+    sha256: str
+    images: dict[str, list[int]]
+    entry: int
+    sizes: Any                              # cpu.rv32.build.CoreSizes
+    core: dict[str, Any] = field(default_factory=dict)
+
+    def manifest(self) -> dict[str, Any]:
+        return {"name": self.name, "file": self.path.name, "sha256": self.sha256,
+                "entry": f"0x{self.entry:08x}", "core": self.core,
+                "core_sizes": {"code_words": self.sizes.code_words,
+                               "rodata_words": self.sizes.rodata_words,
+                               "ram_words": self.sizes.ram_words}}
+
+
+def firmware_elf(spec: str, workdir: Path) -> tuple[str, Path]:
+    """(name, ELF path) of ``spec``: a shipped program's name (built into ``workdir``) or
+    the path of an ELF."""
+    from firmware import toolchain
+    p = Path(spec)
+    if p.is_file():
+        return p.stem, p
+    programs = toolchain.shipped_programs()
+    if spec in programs:
+        return spec, toolchain.build(programs[spec], workdir / f"{spec}.elf")
+    raise MergeError(f"--firmware {spec}: no such ELF file, nor a shipped program (one of "
+                     f"{', '.join(sorted(programs))})")
+
+
+def load_firmware(spec: str, sizes: Any = None) -> Firmware:
+    """The program ``spec`` (see :func:`firmware_elf`) loaded for a core of ``sizes``
+    (default the full core); an ELF the core refuses is a MergeError."""
+    from cpu.emulator import ElfError
+    from cpu.rv32.build import FULL
+    from cpu.rv32.loader import CoreLoadError, load_program
+    sizes = sizes or FULL
+    with tempfile.TemporaryDirectory(prefix="deltachip-fw-") as tmp:
+        name, elf = firmware_elf(spec, Path(tmp))
+        data = elf.read_bytes()
+        try:
+            image = load_program(elf, None, sizes)
+        except (ElfError, CoreLoadError) as e:
+            raise MergeError(f"--firmware {spec}: {e}") from None
+    return Firmware(name, Path(spec) if Path(spec).is_file() else elf, hashlib.sha256(data)
+                    .hexdigest(), image.images, image.machine.pc, sizes)
+
+
+def core_target(base_config: dict[str, Any], config_path: Path) -> str:
+    """The core's target for a base: ``qwen3.5-4b`` when the base has its GDN heads and
+    MLP width, else the base's config.json."""
+    from backends.target import QWEN35_4B, target_from_config
+    t = target_from_config(base_config, str(config_path), config_path.name)
+    same = all(getattr(t, k) == getattr(QWEN35_4B, k)
+               for k in ("d_k", "d_v", "v_per_k", "k_heads", "mlp_width", "conv_kernel",
+                         "rms_eps"))
+    return QWEN35_4B.name if same else str(config_path)
+
+
+def core_for(fw: Firmware, target: str, dtype: str,
+             progress: Callable[[str], None] | None = None) -> Path:
+    """The compiled core of ``fw.sizes`` for ``target``/``dtype`` from the core cache
+    (compiled now when absent); records the entry in ``fw.core``."""
+    from cpu.rv32.build import core_hash
+    from cpu.rv32.engines import compiled_core, compiled_core_path
+    where = compiled_core_path(fw.sizes, target, dtype)
+    if not (where / "chip.json").is_file() and progress:
+        progress(f"compiling the core for {target} ({dtype}) into {where} (first time only: "
+                 "minutes)")
+    path = compiled_core(fw.sizes, target, dtype, progress=progress)
+    fw.core = {"name": "rv32", "core_hash": core_hash(fw.sizes), "sizes": fw.sizes.name,
+               "target": target, "cache_entry": path.name}
+    return path
