@@ -4,8 +4,9 @@ Takes: BASE_DIR (a local Qwen3.5 text checkpoint: config.json, safetensors singl
 with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``),
 ``--dtype`` (default: the chip's; it must be the chip's) and ``--layout`` (``routed`` or
 ``stock``). Gives: OUT_DIR as :mod:`backends.merge.routed` or :mod:`backends.merge.stock`
-describes it, written atomically, and a summary on stdout. Exit 0; a bad base, chip or output path, a full disk:
-a UserError (status 2), nothing written and BASE_DIR untouched. docs/merge.md.
+describes it, written atomically, and a summary on stdout. Exit 0; a bad base, chip or
+output path, a full disk: a UserError (status 2), nothing written and BASE_DIR untouched.
+docs/merge.md.
 """
 from __future__ import annotations
 
