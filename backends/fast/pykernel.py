@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from backends.fast.model import FastModel
-from backends.fast.native import message
+from backends.fast.errors import message
 
 F32 = np.float32
 F64 = np.float64

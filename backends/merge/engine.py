@@ -109,14 +109,6 @@ def _rows(rows: list[dict[int, dict[int, torch.Tensor]]]
     return out
 
 
-def core_sizes(manifest: dict[str, Any]) -> Any:
-    """The core sizes a merged checkpoint's firmware was loaded for (the full core when the
-    manifest names none)."""
-    from cpu.rv32.build import FULL, CoreSizes
-    sz = (manifest.get("firmware") or {}).get("core_sizes")
-    return CoreSizes(**sz) if isinstance(sz, dict) else FULL
-
-
 def read_manifest(d: Path) -> dict[str, Any]:
     """The manifest of merged checkpoint ``d`` (ChipDirError when ``d`` is not one)."""
     f = d / MANIFEST

@@ -33,15 +33,21 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
 from common.outputs import building_dir, os_reason, prepare_dir_output
 
-if TYPE_CHECKING:
-    from backends.merge.firmware import Firmware
+
+
+class Firmware(Protocol):
+    """What a merge needs of a program for the core (:class:`cpu.rv32.merged.Firmware`):
+    its memory images and its manifest entry."""
+    images: dict[str, list[int]]
+
+    def manifest(self) -> dict[str, Any]: ...
 
 FORMAT = "deltachip-merge"
 FORMAT_VERSION = 1
@@ -228,7 +234,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     (:mod:`backends.merge.tables`; refused when the chip's tables lack the structure),
     ``plain`` (byte for byte), or ``auto`` (structured when the chip's tables have the
     structure and it is smaller). ``firmware``: a RISC-V program whose memory images replace
-    the chip's (the chip is then the core: :func:`backends.merge.firmware.core_for`)."""
+    the chip's (the chip is then the core: :func:`cpu.rv32.merged.core_for`)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
@@ -375,11 +381,20 @@ def _config(base: Base, chip: _Chip, offset: int, count: int, dtype: str) -> dic
     return cfg
 
 
+def _version() -> str:
+    """The installed deltachip's version (``unknown`` when it is run from a bare tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("deltachip")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _manifest(base: Base, chip: _Chip, offset: int, names: list[str], dtype: str,
               roms: dict[str, str]) -> dict[str, Any]:
     c = chip.chip
     circuit = json.dumps(c["circuit"], sort_keys=True, separators=(",", ":")).encode()
-    from deltachip import __version__
+    __version__ = _version()
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "layout": "routed",
         "deltachip_version": __version__, "dtype": dtype,

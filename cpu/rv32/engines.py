@@ -525,7 +525,7 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
     core inside the routed merged checkpoint DIR instead (:class:`MergedCore`; the core's
     sizes and dtype are the merge's)."""
     if model is not None:
-        from backends.merge.engine import core_sizes, read_manifest
+        from backends.merge.engine import read_manifest
         manifest = read_manifest(Path(model))
         sizes = core_sizes(manifest)
         return MergedCore(load_program(path, input_text, sizes), sizes, target="merged",
@@ -545,7 +545,7 @@ def core_batch(path: Path, inputs: list[bytes], engine: str = "fast", target: st
     ``ElfError("K: why")``, K its 1-based line."""
     sizes = FULL
     if model is not None:
-        from backends.merge.engine import core_sizes, read_manifest
+        from backends.merge.engine import read_manifest
         manifest = read_manifest(Path(model))
         sizes, target = core_sizes(manifest), "merged"
         dtype = dtype or manifest.get("dtype")
@@ -573,3 +573,10 @@ def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",
     """``deltachip run --engine fast``: the same compiled core as ``hf``, on the fast
     engine."""
     return hf_engine(path, input_text, target, dtype, FastCore)
+
+
+def core_sizes(manifest: dict[str, Any]) -> Any:
+    """The core sizes a merged checkpoint's firmware was loaded for (the full core when the
+    manifest names none)."""
+    sz = (manifest.get("firmware") or {}).get("core_sizes")
+    return CoreSizes(**sz) if isinstance(sz, dict) else FULL

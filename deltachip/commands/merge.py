@@ -3,9 +3,10 @@
 Takes: BASE_DIR (a local Qwen3.5 text checkpoint: config.json, safetensors single or sharded
 with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``) or
 ``--firmware calc|PROG.elf`` (the RISC-V core for the base's shapes from the core cache,
-``--target`` to choose another, with the program's memory images), ``--dtype`` (default:
-the chip's; it must be the chip's), ``--tables`` (how the chip's token tables are stored)
-and ``--layout`` (``routed``, the only one so far). Gives: OUT_DIR as :mod:`backends.merge.routed` describes it, written
+``--target`` to choose another, with the program's memory images; routed layout), ``--dtype``
+(default: the chip's; it must be the chip's), ``--tables`` (how the chip's token tables are
+stored; routed) and ``--layout`` (``routed`` or ``stock``). Gives: OUT_DIR as
+:mod:`backends.merge.routed` or :mod:`backends.merge.stock` describes it, written
 atomically, and a summary on stdout. Exit 0; a bad base, chip or output path, a full disk:
 a UserError (status 2), nothing written and BASE_DIR untouched. docs/merge.md.
 """
@@ -19,7 +20,10 @@ DESCRIPTION = """Merge a compiled chip into a Qwen3.5 text checkpoint. The route
 every base tensor byte for byte, runs the chip's layers on their own residual beside the
 base's, and ships a modeling file (load with trust_remote_code=True): text gives the base's
 logits bit for bit, chip tokens (appended to the vocabulary as special tokens) give what the
-chip gives alone."""
+chip gives alone. The stock layout is one widened Qwen3_5ForCausalLM that transformers loads
+without remote code (chip layers in front, the base's tensors in their block): the chip is
+still exact, text is close to but not equal to the base's (docs/merge.md measures it); compile
+the chip for it with `deltachip compile FILE.hdl --target BASE_DIR/config.json`."""
 
 EPILOG = """examples:
   deltachip compile examples/counter/counter.hdl -o build/counter
@@ -29,6 +33,10 @@ EPILOG = """examples:
 
   then, in Python:
     model = AutoModelForCausalLM.from_pretrained("build/merged", trust_remote_code=True)
+
+  deltachip compile examples/counter/counter.hdl --target ~/models/qwen3.5-text/config.json \
+      -o build/counter-q
+  deltachip merge ~/models/qwen3.5-text build/stock --chip build/counter-q --layout stock
 
 Details, what the layout promises and what it does not support: docs/merge.md.
 """
@@ -62,8 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=[d.value for d in DType], default=None,
                    help="the dtype the merged model runs in (default and only choice: the "
                         "chip's own)")
-    p.add_argument("--layout", choices=["routed"], default="routed",
-                   help="routed (default): base and chip side by side, text bit-identical")
+    p.add_argument("--layout", choices=["routed", "stock"], default="routed",
+                   help="routed (default): base and chip side by side, text bit-identical; "
+                        "stock: one widened Qwen3_5ForCausalLM, no remote code, text close "
+                        "to the base's")
     p.set_defaults(func=merge_command)
 
 
@@ -79,16 +89,24 @@ def merge_command(args: argparse.Namespace) -> int:
     if args.firmware is not None:
         from pathlib import Path
         from backends.merge.base import read_base
-        from backends.merge.firmware import core_for, core_target, load_firmware
+        from cpu.rv32.merged import core_for, core_target, load_firmware
         from backends.target import get_target
         base = read_base(args.base)
         target = args.target or core_target(base.config, Path(args.base) / "config.json")
         get_target(target)
         firmware = load_firmware(args.firmware)
         chip = core_for(firmware, target, args.dtype or "bf16", progress=say)
-    r = merge_routed(args.base, args.output, chip, args.dtype, progress=say,
-                     tables=args.tables, firmware=firmware)
-    print(f"{r.out}: routed merge, {len(r.shards)} shards, {r.out_bytes:,} bytes "
+    if args.layout == "stock":
+        if firmware is not None:
+            raise UserError("--firmware merges into the routed layout only (the stock layout "
+                            "takes a --chip compiled for the base's shapes)")
+        from backends.merge.stock import merge_stock
+        r = merge_stock(args.base, args.output, chip, args.dtype, progress=say)
+    else:
+        r = merge_routed(args.base, args.output, chip, args.dtype, progress=say,
+                         tables=args.tables, firmware=firmware)
+    width = f", hidden {r.hidden:,}" if args.layout == "stock" else ""
+    print(f"{r.out}: {args.layout} merge, {len(r.shards)} shards{width}, {r.out_bytes:,} bytes "
           f"(base {r.base_bytes:,}, chip {r.chip_bytes:,}; {r.out_bytes / r.base_bytes:.3f}x "
           f"the base), chip tokens {r.token_offset}..{r.token_offset + r.chip_tokens - 1}, "
           f"{r.seconds:.1f} s")

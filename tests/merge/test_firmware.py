@@ -32,7 +32,7 @@ def fence_elf(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def merged_core(bases, fence_elf, tmp_path_factory):
-    from backends.merge.firmware import core_for, load_firmware
+    from cpu.rv32.merged import core_for, load_firmware
     from backends.merge.routed import merge_routed
     fw = load_firmware(str(fence_elf), TINY)
     core = core_for(fw, "compact", "bf16")

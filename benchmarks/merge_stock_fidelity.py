@@ -1,0 +1,186 @@
+"""Figures of the stock merge: text fidelity against the base, size, merge RSS and time.
+
+Fidelity: tiny random Qwen3.5 bases (tests/merge/bases.py: hidden 64, 4 layers, Qwen3.5-4B's
+GDN head shapes; ``--sharp K`` also builds one whose final norm is K times larger, so its
+next-token distributions are peaked like a trained model's instead of nearly flat), the
+counter compiled for them (``--target BASE/config.json``) and merged with ``--layout stock``.
+On 16 prompts of ordinary English: max |Δlogit| and mean KL(base || merged) over the prompt
+positions, and how many 16-token greedy continuations are the base's, in bf16 and fp32; beside
+them the same figures for the base's own bf16 against its fp32 (what bf16 alone costs).
+
+Size and resources (``--layers N``, 0 to skip): a random base with Qwen3.5-4B's shapes and N
+layers (benchmarks/merge_figures.py), the counter compiled for it, ``deltachip merge
+--layout stock`` in a child under ``/usr/bin/time -v``, then both loaded in transformers.
+
+    python benchmarks/merge_stock_fidelity.py --layers 4 --dir /tmp/stock-figures
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROMPTS = [
+    "The weather today is cloudy with a chance of rain in the afternoon.",
+    "She opened the door and saw that the garden was full of flowers.",
+    "To install the package, run the following command in your terminal:",
+    "The meeting has been moved to Thursday at three o'clock.",
+    "In 1969, two astronauts walked on the surface of the moon.",
+    "Please find attached the report you asked for last week.",
+    "The recipe calls for two cups of flour and one egg.",
+    "He said that the train would arrive a little later than usual.",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "The results of the experiment were surprising to everyone involved.",
+    "Our store is open from nine in the morning until six in the evening.",
+    "The cat sat on the mat and looked out of the window.",
+    "Numbers such as 12, 34 and 56 are even; 7 and 9 are odd.",
+    "If you have any questions, do not hesitate to contact us.",
+    "The history of the city goes back more than two thousand years.",
+]
+
+
+def _load(path: Path, dtype: torch.dtype):
+    from transformers import Qwen3_5ForCausalLM
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    return Qwen3_5ForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
+
+
+def _kl(ref: torch.Tensor, got: torch.Tensor) -> float:
+    pr, pg = ref.log_softmax(-1), got.log_softmax(-1)
+    return float((pr.exp() * (pr - pg)).sum(-1).mean())
+
+
+def compare(ref, got, tok, vocab: int, new: int = 16) -> dict:
+    """max |Δlogit|, mean KL over prompt positions, greedy continuations equal."""
+    worst, kls, same = 0.0, [], 0
+    with torch.no_grad():
+        for p in PROMPTS:
+            ids = tok(p, return_tensors="pt").input_ids
+            lr, lg = ref(ids).logits.double(), got(ids).logits.double()
+            worst = max(worst, float((lg[..., :vocab] - lr).abs().max()))
+            kls.append(_kl(lr, _text(lg, vocab)))
+            gr = ref.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0)
+            gg = got.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0)
+            same += int(torch.equal(gr, gg))
+    return {"max_dlogit": worst, "mean_kl": sum(kls) / len(kls), "greedy_equal": same,
+            "prompts": len(PROMPTS)}
+
+
+def _text(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The text columns' log-probabilities under the whole (merged) softmax."""
+    return logits.log_softmax(-1)[..., :vocab]
+
+
+def fidelity(d: Path, sharp: float) -> list[dict]:
+    import deltachip
+    from transformers import AutoTokenizer
+    from backends.merge.stock import merge_stock
+    from tests.merge.bases import VOCAB, make_base
+    rows = []
+    for name, k in (("tiny", 1.0), (f"tiny, final norm x{sharp:g}", sharp)):
+        base = make_base(d / f"base{k:g}", tied=True, seed=1)
+        if k != 1.0:
+            m = _load(base, torch.bfloat16)
+            with torch.no_grad():
+                m.model.norm.weight.copy_((1 + m.model.norm.weight.float()) * k - 1)
+            m.save_pretrained(str(base))
+        tok = AutoTokenizer.from_pretrained(str(base))
+        b16, b32 = _load(base, torch.bfloat16), _load(base, torch.float32)
+        floor = compare(b32, b16, tok, VOCAB)
+        rows.append({"base": name, "what": "base bf16 vs base fp32 (noise floor)", **floor})
+        for dtype, tdt, ref in (("bf16", torch.bfloat16, b16), ("fp32", torch.float32, b32)):
+            circuit = deltachip.load(str(ROOT / "examples/counter/counter.hdl"))
+            chip = deltachip.compile(circuit, target=str(base / "config.json"),
+                                     dtype=dtype).save(d / f"counter{k:g}{dtype}")
+            out = d / f"stock{k:g}{dtype}"
+            rep = merge_stock(base, out, chip)
+            got = compare(ref, _load(out, tdt), tok, VOCAB)
+            rows.append({"base": name, "what": f"stock vs base, {dtype} (hidden "
+                         f"{rep.hidden})", **got})
+    return rows
+
+
+def resources(d: Path, layers: int) -> dict:
+    import deltachip
+    from benchmarks.merge_figures import build_base
+    base = d / "base4b"
+    if not base.exists():
+        build_base(base, layers, 2)
+    circuit = deltachip.load(str(ROOT / "examples/counter/counter.hdl"))
+    chip = deltachip.compile(circuit, target=str(base / "config.json"),
+                             dtype="bf16").save(d / "counter4b")
+    out = d / "stock4b"
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "deltachip", "merge",
+                        str(base), str(out), "--chip", str(chip), "--layout", "stock"],
+                       capture_output=True, text=True, cwd=ROOT, check=True)
+    wall = time.perf_counter() - t0
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
+    size = lambda p: sum(f.stat().st_size for f in p.iterdir() if f.is_file())  # noqa: E731
+    st = json.loads((out / "deltachip.json").read_text())["stock"]
+    zeros = _zero_bytes(out)
+    loads = {}
+    for what, p in (("base", base), ("stock", out)):
+        code = ("import time,torch;t=time.perf_counter();from transformers import "
+                "Qwen3_5ForCausalLM as M;M.from_pretrained(%r,dtype=torch.bfloat16);"
+                "print(time.perf_counter()-t)" % str(p))
+        loads[what] = float(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                           text=True, check=True).stdout.split()[-1])
+    return {"layers": layers, "base_bytes": size(base), "stock_bytes": size(out),
+            "stock_zero_bytes": zeros, "hidden": st["hidden"],
+            "merge_wall_s": wall, "merge_peak_rss_mib": rss / 1024,
+            "summary": r.stdout.strip(), "load_s": loads}
+
+
+def _zero_bytes(out: Path) -> int:
+    """Bytes of zero elements in the stock checkpoint's tensors (read in chunks)."""
+    import numpy as np
+    from backends.merge.stfile import read_header
+    from backends.merge.stock import RAW
+    n = 0
+    for f in sorted(out.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            for t in read_header(f).tensors.values():
+                fh.seek(t.begin)
+                left = t.nbytes
+                while left:
+                    buf = fh.read(min(left, 64 << 20))
+                    a = np.frombuffer(buf, RAW[t.dtype])
+                    n += (a.size - int(np.count_nonzero(a))) * a.itemsize
+                    left -= len(buf)
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default="/tmp/stock-figures")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--sharp", type=float, default=4.0)
+    ap.add_argument("--no-fidelity", action="store_true", help="only the size and resources")
+    a = ap.parse_args()
+    d = Path(a.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    for row in [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp):
+        print(f"{row['base']:<26} {row['what']:<40} max|dlogit| {row['max_dlogit']:.3g}  "
+              f"mean KL {row['mean_kl']:.3g}  greedy equal {row['greedy_equal']}/"
+              f"{row['prompts']}")
+    if a.layers:
+        print(json.dumps(resources(d, a.layers), indent=2))
+
+
+if __name__ == "__main__":
+    main()
