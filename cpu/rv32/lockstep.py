@@ -57,7 +57,6 @@ class LockStep:
     _prev: Token | None = None
     _hi: int | None = None           # the last Half's v, while it is the previous token
     _pending: _Pending | None = None
-    _executed: Retire | None = None  # the instruction executed by the previous executing token
 
     def __post_init__(self) -> None:
         self.reader = TraceReader(word_at=self.machine.read_word)
@@ -126,13 +125,9 @@ class LockStep:
         if tok.kind != OUT and not after_half:
             got = (p.old & ~0x1FFF | got) & _MASK if keep else _sext13(got)
         self.writebacks += 1
-        want = p.new if p.target != "none" else None
-        if p.link:
-            want = None                             # a jal/jalr's link comes with a Jump
-        if want is None:
-            if p.target == "none" and tok.kind != OUT and got != 0 and not keep:
-                pass                                # nothing to write: the value is unused
-            return
+        if p.target == "none" or p.link:
+            return      # nothing written (the value is unused), or a link: it comes with a Jump
+        want = p.new
         if got != want:
             self._say(tok, f"writes back 0x{got:08x} for {_show(p.rec)}, the emulator "
                            f"0x{want:08x}")
@@ -156,11 +151,9 @@ class LockStep:
                m.regs[d.rd] if d is not None and d.rd else 0)
         res = m.run(1, trace=True)
         if not res.retired:
-            self._executed = None
             return                                  # faulted (or exited): compared at the end
         rec = res.retired[0]
         self.checked += 1
-        self._executed = rec
         if store_addr is not None:
             self._pending = _Pending(rec, "mem", m.read_word(store_addr), old, False)
         elif rec.rd is not None:
