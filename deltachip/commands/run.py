@@ -252,7 +252,7 @@ def run_inputs(args: argparse.Namespace, engine: Engine, options: dict[str, Any]
         stdout = sys.stdout.buffer
         for k, res in enumerate(results, 1):
             stdout.write(_one_line(res.output) + b"\n")
-            code = _status_of(res, f"{args.inputs}:{k}: ")
+            code = _status_of(res, res.instructions, f"{args.inputs}:{k}: ")
             status = status or code
         stdout.flush()
         if stats_tmp is not None:
@@ -268,15 +268,17 @@ def run_inputs(args: argparse.Namespace, engine: Engine, options: dict[str, Any]
     return status
 
 
-def _status_of(result: Any, where: str = "") -> int:
-    """The exit status of a finished run, its fault or exhausted budget said on stderr."""
+def _status_of(result: Any, instructions: int, where: str = "", pc: int | None = None) -> int:
+    """The exit status of a finished run of ``instructions`` in all, its fault or exhausted
+    budget said on stderr (``where``: which run; ``pc``: where the budget stopped it)."""
     if result.fault is not None:
-        print(f"deltachip run: {where}{result.fault} (after {result.instructions:,} "
-              "instructions)", file=sys.stderr)
+        print(f"deltachip run: {where}{result.fault} (after {instructions:,} instructions)",
+              file=sys.stderr)
         return EXIT_FAULT
     if result.exit_code is None:
-        print(f"deltachip run: {where}step budget exhausted: {result.instructions:,} instructions "
-              f"without exit; raise --max-steps", file=sys.stderr)
+        at = f" (pc 0x{pc:08x})" if pc is not None else ""
+        print(f"deltachip run: {where}step budget exhausted: {instructions:,} instructions "
+              f"without exit{at}; raise --max-steps", file=sys.stderr)
         return EXIT_TIMEOUT
     return result.exit_code & 0xFF
 
@@ -335,16 +337,8 @@ def _run(machine: Any, max_steps: int, trace_file: IO[str] | None) -> tuple[int,
             if not result.timed_out or instructions >= max_steps:
                 break
     seconds = time.perf_counter() - t0
-    if result.fault is not None:
-        status = EXIT_FAULT
-        print(f"deltachip run: {result.fault} (after {instructions:,} instructions)",
-              file=sys.stderr)
-    elif result.exit_code is None:
-        status = EXIT_TIMEOUT
-        print(f"deltachip run: step budget exhausted: {instructions:,} instructions without "
-              f"exit (pc 0x{machine.pc:08x}); raise --max-steps", file=sys.stderr)
-    else:
-        status = result.exit_code & 0xFF
+    status = _status_of(result, instructions,
+                        pc=machine.pc if result.fault is None and result.exit_code is None else None)
     stats = {
         "instructions": instructions,
         "seconds": round(seconds, 6),
