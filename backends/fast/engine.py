@@ -2,7 +2,8 @@
 bit-identical to transformers (engine "hf").
 
 Takes: a compiled directory (what ``deltachip compile`` writes, or a core-cache entry): its
-config, chip.json and safetensors — the weights, not the IR. Gives: :class:`FastEngine`, the
+config, chip.json and safetensors — the weights, not the IR; or a routed merged checkpoint
+(``deltachip merge``), whose chip part it runs from the merged files as they are stored. Gives: :class:`FastEngine`, the
 engine interface of :class:`backends.engine.ChipEngine`: caches of independent streams
 (:class:`FastCache`, ROM images preloaded), ``decode_step``, ``prefill`` (the positions fed
 one by one: the kernel has one path, which gives what transformers' decode and, for chips
@@ -55,8 +56,14 @@ class FastEngine(ChipEngine):
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None, threads: int | None = None,
                  progress: Callable[[str], None] | None = None):
-        super().__init__(path, dtype, roms)
-        self.model = fmodel.load(self.path, self.dtype_name, progress)
+        from backends.merge.engine import is_merged, take_merged
+        if is_merged(path):             # the chip of a routed merged checkpoint
+            take_merged(self, Path(path), dtype, roms)
+            where = self.merged
+        else:
+            super().__init__(path, dtype, roms)
+            where = self.path
+        self.model = fmodel.load(where, self.dtype_name, progress)
         self.native = make_kernel(self.model)
         self.threads = max(1, threads or os.cpu_count() or 1)
         self._gdn = {li: ly.gdn for li, ly in enumerate(self.model.layers) if ly.kind == 0}

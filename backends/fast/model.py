@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from backends.checkpoint import ChipDirError, check_config, load_chip_json
-from backends.fast.weights import Tensors, sparse_rows
+from backends.fast.weights import Prefixed, Tensors, sparse_rows
 
 #: The largest value-head width the kernel's per-head buffer holds.
 MAX_DV = 512
@@ -175,16 +175,30 @@ def _rms_scale(B: np.ndarray, H: int, eps: float) -> float:
     return float(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)[0])
 
 
-def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel:
-    """Read and verify the checkpoint at ``path`` (see the module docstring)."""
-    path = Path(path)
+def _open(path: Path) -> tuple[dict[str, Any], Tensors | Prefixed]:
+    """chip.json and the tensors of the chip at ``path``: a compiled directory, or a routed
+    merged checkpoint (its chip's tensors under ``chip.``, chip.json in ``deltachip/``)."""
+    from backends.merge.engine import check_chip_config, is_merged, read_manifest
+    if is_merged(path):
+        read_manifest(path)
+        chip = load_chip_json(path / "deltachip")
+        check_chip_config(path, chip)
+        return chip, Prefixed(Tensors(path), "chip.")
     chip = load_chip_json(path)
     check_config(path, chip)
+    return chip, Tensors(path)
+
+
+def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel:
+    """Read and verify the checkpoint at ``path`` (see the module docstring): a compiled
+    directory, or the chip of a routed merged checkpoint, whose token tables may be stored
+    in structured form (:mod:`backends.merge.tables`: read as they are stored)."""
+    path = Path(path)
+    chip, t = _open(path)
     cfg = chip["config"]
     dt = dtype or chip["dtype"]
     if dt != chip["dtype"]:
         raise _refuse(path, f"it was compiled for {chip['dtype']}, not {dt}")
-    t = Tensors(path)
     say = progress or (lambda s: None)
     H = cfg["hidden_size"]
     nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
@@ -200,7 +214,8 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
 
     # ---- embedding: CSR rows; the ballast dims hold one constant on every row ----------
     say("embedding")
-    e_ptr, e_col, e_val = sparse_rows(t, "model.embed_tokens.weight")
+    e_ptr, e_col, e_val = (sparse_rows(t, EMBED) if EMBED in t
+                           else _packed_embedding(t, path, H, dt))
     vocab = len(e_ptr) - 1
     ball = e_col < NB
     per_row = np.add.reduceat(ball.astype(np.int64), e_ptr[:-1]) if len(e_col) else None
@@ -281,7 +296,8 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
     # ---- lm_head: per kind, base + sum of bit deltas -----------------------------------
     say("lm_head")
     kinds = _kinds(chip, vocab, path)
-    lm = _structured_lm_head(t, path, kinds)
+    lm = (_structured_lm_head(t, path, kinds) if HEAD in t
+          else _stored_lm_head(t, path, kinds, dt))
     return FastModel(path=path, chip=chip, dtype=dt, H=H, C=C, V=V, NV=nv, NK=nk, DK=dk, DV=dv,
                      VPK=nv // nk, KC=kc, I=I, NB=NB, NBV=NBV, res_ballast=res_ballast,
                      res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
@@ -357,10 +373,111 @@ def _kinds(chip: dict[str, Any], vocab: int, path: Path) -> tuple[np.ndarray, np
             rows.astype(np.int64))
 
 
+#: the token tables' names, plain (one row per id)
+EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"
+#: the structured tables of a merged checkpoint (backends/merge/tables.py)
+PACKED = {k: "model.embed_tokens." + k for k in ("const", "cols", "palette", "codes")}
+KINDS, BASIS = "lm_head.kinds", "lm_head.basis"
+
+
+def _exact_in(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Where float64 values ``a`` are numbers of ``dtype`` (no rounding on the cast)."""
+    f = a.astype(np.float32)
+    ok = f.astype(np.float64) == a
+    if dtype == "bf16":
+        ok &= (f.view(np.uint32) & 0xFFFF) == 0
+    return ok
+
+
+def _stored(t: Tensors | Prefixed, name: str, kind: str, path: Path) -> np.ndarray:
+    words, dtype = t.raw(name)
+    if dtype != kind:
+        raise _refuse(path, f"{t.prefix if isinstance(t, Prefixed) else ''}{name} is {dtype}, "
+                            f"not {kind}")
+    return np.asarray(words)
+
+
+def _packed_embedding(t: Tensors | Prefixed, path: Path, H: int, dtype: str
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The embedding as CSR rows from its structured form: the constant row, and on
+    ``cols`` the palette value each id's code names (what the merged modeling file's
+    ``embedding_rows`` gathers), every value checked to be a number of ``dtype``."""
+    const = _stored(t, PACKED["const"], "I32", path).view(np.float32)
+    cols = _stored(t, PACKED["cols"], "I64", path)
+    pal = _stored(t, PACKED["palette"], "I32", path).view(np.float32)
+    codes, _ = t.raw(PACKED["codes"])
+    U, P = len(cols), len(pal)
+    width = -(-U // 8) if P <= 2 else U
+    bad = (const.shape != (H,) or codes.ndim != 2 or codes.shape[1] != width or P == 0
+           or np.any((cols < 0) | (cols >= H)) or len(np.unique(cols)) != U
+           or not np.all(_exact_in(np.concatenate([const, pal]).astype(np.float64), dtype)))
+    if bad:
+        raise _refuse(path, "the structured embedding is inconsistent (its shapes, columns or "
+                            f"values are not those of a {dtype} table)")
+    fixed = np.setdiff1d(np.flatnonzero(const), cols)
+    allc = np.concatenate([fixed, cols])
+    order = np.argsort(allc, kind="stable")
+    allc = allc[order].astype(np.int32)
+    V = codes.shape[0]
+    counts = np.zeros(V, dtype=np.int64)
+    out_c, out_v = [], []
+    for r0 in range(0, V, 1 << 15):
+        c = np.asarray(codes[r0:r0 + (1 << 15)])
+        idx = (np.unpackbits(c, axis=1, bitorder="little")[:, :U] if P <= 2 else c).astype(np.int64)
+        if P > 2 and np.any(idx >= P):
+            raise _refuse(path, "the structured embedding names a palette value it lacks")
+        vals = np.concatenate([np.broadcast_to(const[fixed], (len(c), len(fixed))), pal[idx]],
+                              axis=1)[:, order]
+        nz = vals != 0
+        counts[r0:r0 + len(c)] = nz.sum(1)
+        out_c.append(np.broadcast_to(allc, vals.shape)[nz])
+        out_v.append(vals[nz].astype(np.float32))
+    ptr = np.zeros(V + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, np.concatenate(out_c), np.concatenate(out_v)
+
+
+def _stored_lm_head(t: Tensors | Prefixed, path: Path, kinds, dtype: str
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lm_head's per-kind rows as a merged checkpoint stores them (``lm_head.kinds``:
+    first id, payload bits, first row; ``lm_head.basis``: float32 bits), matched to the
+    circuit's kinds, after checking that every id's row (its base plus the deltas of its
+    set bits, summed in float64 as the modeling file sums them) is a number of the dtype,
+    so that the file's expanded rows are that sum exactly."""
+    table = _stored(t, KINDS, "I64", path)
+    basis = _stored(t, BASIS, "I32", path).view(np.float32)
+    at = {int(r[0]): (int(r[1]), int(r[2])) for r in table} if table.ndim == 2 and \
+        table.shape[1:] == (3,) else {}
+    used = np.flatnonzero(np.any(basis != 0, axis=0)) if basis.ndim == 2 else np.zeros(0, int)
+    out_rows: list[np.ndarray] = []
+    for off, nb in zip(kinds[0].tolist(), kinds[1].tolist()):
+        nb_r0 = at.get(off)
+        if nb_r0 is None or nb_r0[0] != nb or not 0 <= nb_r0[1] <= len(basis) - 1 - nb:
+            raise _refuse(path, f"lm_head.kinds does not hold the circuit's token kind at id "
+                                f"{off} ({nb} payload bits)")
+        blk = basis[nb_r0[1]:nb_r0[1] + 1 + nb][:, used].astype(np.float64)
+        for u0 in range(0, 1 << nb, 1 << 14):
+            u = np.arange(u0, min(1 << nb, u0 + (1 << 14)))
+            bits = ((u[:, None] >> np.arange(nb)) & 1).astype(np.float64)
+            if not np.all(_exact_in(blk[0] + bits @ blk[1:], dtype)):
+                raise _refuse(path, f"lm_head row {off + u0}..: its kind's base plus the "
+                                    "deltas of its bits is not a number of the dtype")
+        out_rows.extend(blk)
+    return _rows_csr(np.stack(out_rows), used)
+
+
+def _rows_csr(S: np.ndarray, used: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense rows ``S`` over columns ``used`` as CSR (row_ptr, column, float32 value)."""
+    nzr, nzc = np.nonzero(S)
+    sptr = np.zeros(len(S) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(nzr, minlength=len(S)), out=sptr[1:])
+    return sptr, used[nzc].astype(np.int32), S[nzr, nzc].astype(np.float32)
+
+
 def _structured_lm_head(t: Tensors, path: Path, kinds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The lm_head as per-kind rows [base, delta_0, …] (CSR), after checking that every row
     of every kind equals its base plus the deltas of its payload's set bits, exactly."""
-    ptr, col, val = sparse_rows(t, "lm_head.weight")
+    ptr, col, val = sparse_rows(t, HEAD)
     used = np.unique(col)
     pos = np.searchsorted(used, col)
     out_rows: list[np.ndarray] = []
@@ -389,8 +506,4 @@ def _structured_lm_head(t: Tensors, path: Path, kinds) -> tuple[np.ndarray, np.n
                                     f"deltas of its payload bits")
         out_rows.append(base)
         out_rows.extend(deltas)
-    S = np.stack(out_rows)
-    nzr, nzc = np.nonzero(S)
-    sptr = np.zeros(len(S) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(nzr, minlength=len(S)), out=sptr[1:])
-    return sptr, used[nzc].astype(np.int32), S[nzr, nzc].astype(np.float32)
+    return _rows_csr(np.stack(out_rows), used)

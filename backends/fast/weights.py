@@ -19,8 +19,10 @@ import numpy as np
 
 from backends.checkpoint import INDEX, SINGLE, ChipDirError
 
-#: safetensors dtypes this reader maps, with their item sizes
-_DTYPES = {"BF16": 2, "F32": 4}
+#: safetensors dtypes this reader maps, with the numpy word each is read as (a float's
+#: bits for BF16; the structured token tables of a merged checkpoint hold integers)
+_WORDS = {"BF16": np.uint16, "F32": np.float32, "I32": np.int32, "I64": np.int64,
+          "U8": np.uint8}
 #: the largest header a file may declare (the format's own limit is 100 MB)
 _MAX_HEADER = 100 << 20
 
@@ -77,10 +79,11 @@ class Tensors:
                 dtype, shape, (a, b) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
             except (KeyError, TypeError, ValueError):
                 raise ChipDirError(f"{f}: corrupt safetensors entry for {name}") from None
-            if dtype not in _DTYPES:
-                raise ChipDirError(f"{f}: {name} is {dtype}; the fast engine reads BF16 and F32")
+            if dtype not in _WORDS:
+                raise ChipDirError(f"{f}: {name} is {dtype}; the fast engine reads "
+                                   f"{', '.join(_WORDS)}")
             count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            if b - a != count * _DTYPES[dtype] or base + b > size or a < 0:
+            if b - a != count * np.dtype(_WORDS[dtype]).itemsize or base + b > size or a < 0:
                 raise ChipDirError(f"{f}: {name} lies outside the file or does not match "
                                    f"its shape {list(shape)} (truncated?)")
             self._entries[name] = _Entry(f, dtype, shape, base + a, b - a)
@@ -101,19 +104,45 @@ class Tensors:
             raise ChipDirError(f"{self.path}: the checkpoint has no tensor {name}") from None
 
     def raw(self, name: str) -> tuple[np.ndarray, str]:
-        """The tensor's stored words (uint16 for BF16, float32 for F32), memory-mapped, in
-        its shape; with its safetensors dtype."""
+        """The tensor's stored words (uint16 for BF16, float32 for F32, the integer itself
+        for I32, I64 and U8), memory-mapped, in its shape; with its safetensors dtype."""
         e = self._entry(name)
-        kind = np.uint16 if e.dtype == "BF16" else np.float32
+        kind = _WORDS[e.dtype]
         if e.nbytes == 0:
             return np.zeros(e.shape, dtype=kind), e.dtype
         m = np.memmap(e.file, dtype=kind, mode="r", offset=e.start, shape=e.shape)
         return m, e.dtype
 
     def get(self, name: str) -> np.ndarray:
-        """The tensor as float32 (bf16 widened exactly)."""
+        """The tensor as float32 (bf16 widened exactly); a float tensor only."""
         words, dtype = self.raw(name)
+        if dtype not in ("BF16", "F32"):
+            raise ChipDirError(f"{self.path}: {name} is {dtype}, not a float tensor")
         return widen(np.asarray(words)) if dtype == "BF16" else np.array(words, dtype=np.float32)
+
+
+class Prefixed:
+    """The tensors of ``t`` whose names start with ``prefix``, by their names without it:
+    the chip inside a merged checkpoint (``chip.``) read as a checkpoint of its own."""
+
+    def __init__(self, t: Tensors, prefix: str):
+        self.t, self.prefix, self.path = t, prefix, t.path
+
+    def __contains__(self, name: str) -> bool:
+        return self.prefix + name in self.t
+
+    def names(self) -> Iterator[str]:
+        n = len(self.prefix)
+        return (k[n:] for k in self.t.names() if k.startswith(self.prefix))
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.t.shape(self.prefix + name)
+
+    def raw(self, name: str) -> tuple[np.ndarray, str]:
+        return self.t.raw(self.prefix + name)
+
+    def get(self, name: str) -> np.ndarray:
+        return self.t.get(self.prefix + name)
 
 
 def widen(words: np.ndarray) -> np.ndarray:

@@ -36,13 +36,7 @@ class MergedEngine(ChipEngine):
 
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None):
-        d = Path(path)
-        self.merged = d
-        self.manifest = read_manifest(d)
-        # ChipEngine's reading of chip.json, from the copy the merge keeps
-        self.path = d / "deltachip"
-        self.chip = load_chip_json(self.path)
-        self._take_chip(dtype or self.manifest.get("dtype"), roms)
+        take_merged(self, Path(path), dtype, roms)
         self.model = self._load_model()
         self.offset = int(self.model.config.chip_token_offset)
         self.config = self.model.chip.model.config
@@ -97,6 +91,41 @@ class MergedEngine(ChipEngine):
 
     def recurrent_state(self, cache: Any, layer: int, row: int) -> torch.Tensor:
         return cache.chip.layers[layer].recurrent_states[0][row]
+
+
+def is_merged(d: str | Path) -> bool:
+    """True when directory ``d`` holds a merge manifest (it may still be refused)."""
+    return (Path(d) / MANIFEST).is_file()
+
+
+def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
+                roms: dict[str, list[int]] | None) -> None:
+    """Set up ``eng`` (any :class:`ChipEngine`) for the chip of the routed merged checkpoint
+    ``d``: ``eng.merged``, ``eng.manifest``, and ChipEngine's reading of chip.json from the
+    copy the merge keeps (``eng.path`` is ``d/deltachip``); the chip's settings in
+    ``d/config.json`` (``chip_config``) must be chip.json's."""
+    eng.merged = d
+    eng.manifest = read_manifest(d)
+    eng.path = d / "deltachip"
+    eng.chip = load_chip_json(eng.path)
+    eng._take_chip(dtype or eng.manifest.get("dtype"), roms)
+    check_chip_config(d, eng.chip)
+
+
+def check_chip_config(d: Path, chip: dict[str, Any]) -> None:
+    """ChipDirError unless ``d``/config.json's ``chip_config`` holds every setting of the
+    chip's chip.json."""
+    f = d / "config.json"
+    try:
+        cfg = json.loads(f.read_text()).get("chip_config")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, AttributeError):
+        raise ChipDirError(f"{f}: unreadable or not a JSON object: merge it again") from None
+    for key, want in chip["config"].items():
+        got = cfg.get(key, "missing") if isinstance(cfg, dict) else "missing"
+        if got != want:
+            raise ChipDirError(f"{f} does not match deltachip/chip.json: chip_config.{key} is "
+                               f"{got if got == 'missing' else repr(got)}, chip.json says "
+                               f"{want!r}: merge it again")
 
 
 def _rows(rows: list[dict[int, dict[int, torch.Tensor]]]

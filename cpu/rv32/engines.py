@@ -417,6 +417,16 @@ class FastCore(HFCore):
                          [] if trace else None, timed_out=not r.done)
 
 
+class MergedFastCore(FastCore):
+    """The core inside a routed merged checkpoint on the fast engine: the merged files' chip
+    part (its layers and its stored token tables) run by the fast kernel, bit-identical to
+    :class:`MergedCore`."""
+
+    def _load(self, path: Path, dtype: str) -> Any:
+        from backends.fast.engine import FastEngine
+        return FastEngine(path, dtype, roms=self.image.images, threads=1)
+
+
 def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token,
                  max_steps: int, chunk: int = FastCore.CHUNK) -> Token:
     """Run stream ``row`` of a fast engine's ``cache`` on from token ``cur`` until it exits,
@@ -451,9 +461,12 @@ class CoreBatch:
                  dtype: str = "bf16", threads: int | None = None, model: Path | None = None):
         from backends.target import get_target
         self.name, self.target = engine, target
-        if model is not None:                   # hf on a merged checkpoint's chip
+        if model is not None and engine == "hf":      # a merged checkpoint's chip
             from backends.merge.engine import MergedEngine
             self.eng: Any = MergedEngine(model, dtype)
+        elif model is not None:
+            from backends.fast.engine import FastEngine
+            self.eng = FastEngine(model, dtype, threads=1)
         elif engine == "fast":
             from backends.fast.engine import FastEngine
             get_target(target)
@@ -528,8 +541,9 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
         from backends.merge.engine import read_manifest
         manifest = read_manifest(Path(model))
         sizes = core_sizes(manifest)
-        return MergedCore(load_program(path, input_text, sizes), sizes, target="merged",
-                          dtype=dtype or manifest.get("dtype", "bf16"), checkpoint=Path(model))
+        core = MergedFastCore if issubclass(engine, FastCore) else MergedCore
+        return core(load_program(path, input_text, sizes), sizes, target="merged",
+                    dtype=dtype or manifest.get("dtype", "bf16"), checkpoint=Path(model))
     dtype = dtype or "bf16"
     from backends.target import get_target
     get_target(target)                  # a bad --target is refused before any work
@@ -569,10 +583,10 @@ def fast_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
 
 
 def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",
-                dtype: str | None = None) -> FastCore:
+                dtype: str | None = None, model: Path | None = None) -> FastCore:
     """``deltachip run --engine fast``: the same compiled core as ``hf``, on the fast
-    engine."""
-    return hf_engine(path, input_text, target, dtype, FastCore)
+    engine (``--model DIR``: the core inside a routed merged checkpoint)."""
+    return hf_engine(path, input_text, target, dtype, FastCore, model)
 
 
 def core_sizes(manifest: dict[str, Any]) -> Any:

@@ -122,8 +122,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=[d.value for d in DType], default=None,
                    help="compiled engines: weight dtype (default bf16)")
     p.add_argument("--model", type=Path, default=None, metavar="MERGED_DIR",
-                   help="--engine hf: run the core inside a checkpoint written by `deltachip "
-                        "merge --firmware` (routed layout), through the whole merged model")
+                   help="run the core inside a checkpoint written by `deltachip merge "
+                        "--firmware` (routed layout): hf through the whole merged model, fast "
+                        "on its chip part")
     p.add_argument("--stats", type=Path, metavar="OUT.json",
                    help="write run statistics (engine, instructions, seconds, exit_code, …)")
     p.add_argument("--trace", type=Path, metavar="OUT",
@@ -169,7 +170,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any]:
     """--target, --dtype and --model, refused for an engine that runs no compiled model
-    (--model: hf only)."""
+    (--model: hf and fast)."""
     options = {}
     for opt in ("target", "dtype"):
         if getattr(args, opt) is not None:
@@ -178,9 +179,9 @@ def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any
                                 f"--engine {engine.name}")
             options[opt] = getattr(args, opt)
     if args.model is not None:
-        if engine.name != "hf":
-            raise UserError(f"--model runs the core inside a merged checkpoint on --engine hf, "
-                            f"not --engine {engine.name}")
+        if not engine.compiled:
+            raise UserError(f"--model runs the core inside a merged checkpoint on --engine hf "
+                            f"or fast, not --engine {engine.name}")
         if args.target is not None:
             raise UserError("--model and --target do not combine: a merged checkpoint's core "
                             "was compiled for its base")

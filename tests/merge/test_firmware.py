@@ -83,12 +83,41 @@ def test_run_on_the_merged_model_equals_ref(merged_core, fence_elf, capfd, tmp_p
                            stored.layers[li].recurrent_states[0])
 
 
+def test_fast_on_the_merged_model_equals_hf_and_ref(merged_core, fence_elf, capfd, tmp_path):
+    """`--engine fast --model OUT`: the fast kernel on the merged files' chip part (its
+    layers, and the token tables as the merge stored them, structured) gives the merged
+    model's own tokens step by step, and ref's outcome."""
+    from backends.fast.engine import FastEngine
+    from backends.merge.engine import MergedEngine
+    from cpu.rv32.loader import load_program
+    from deltachip.cli import main
+    out, _ = merged_core
+    roms = load_program(fence_elf, None, TINY).images
+    hf, fast = MergedEngine(out, roms=roms), FastEngine(out, roms=roms, threads=1)
+    assert fast.model.vocab == hf.circuit.vocab_size
+    ch, cf = hf.new_cache(1), fast.new_cache(1)
+    tok = load_program(fence_elf, None, TINY).start
+    ids = [hf.token_id(tok)]
+    for _ in range(40):                 # the program's whole stream: it ends in ~35 tokens
+        a, b = hf.decode_step(ids[-1:], ch), fast.decode_step(ids[-1:], cf)
+        assert a.tolist() == b.tolist(), len(ids)
+        ids.append(int(a[0]))
+    stats = tmp_path / "s.json"
+    status = main(["run", str(fence_elf), "--engine", "fast", "--model", str(out),
+                   "--stats", str(stats)])
+    want = Machine.from_elf(fence_elf).run(10_000)
+    got = json.loads(stats.read_text())
+    assert status == want.exit_code == 0 and got["engine"] == "fast"
+    assert got["instructions"] == want.instructions and got["target"] == "merged"
+    assert capfd.readouterr().out == want.output.decode()
+
+
 def test_model_option_is_checked(merged_core, fence_elf, tmp_path, capsys):
     from deltachip.cli import main
     out, _ = merged_core
-    assert main(["run", str(fence_elf), "--engine", "fast", "--model", str(out)]) == 2
-    assert "--model runs the core inside a merged checkpoint on --engine hf" in \
-        capsys.readouterr().err
+    assert main(["run", str(fence_elf), "--engine", "sim", "--model", str(out)]) == 2
+    assert ("--model runs the core inside a merged checkpoint on --engine hf or fast, not "
+            "--engine sim") in capsys.readouterr().err
     assert main(["run", str(fence_elf), "--engine", "hf", "--model", str(tmp_path)]) == 2
     assert "not a checkpoint written by `deltachip merge`" in capsys.readouterr().err
 

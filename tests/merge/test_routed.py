@@ -196,6 +196,53 @@ def test_chip_decode_is_the_chip_alone(merged, chips, chip, dtype):
                                cm.chip.layers[layer].recurrent_states[0][0])
 
 
+@pytest.mark.parametrize("chip,tables", [("counter", "structured"), ("counter32", "structured"),
+                                         ("stack", "structured"), ("counter", "plain")])
+def test_fast_engine_on_the_merged_chip_is_the_merged_model(bases, chips, merged, chip, tables,
+                                                             tmp_path):
+    """The fast engine on a merged checkpoint (its chip part, the tables as stored) gives
+    the merged model's chip tokens, step by step, and the same memory contents."""
+    from backends.fast.engine import FastEngine
+    from backends.merge.engine import MergedEngine
+    if tables == "plain":
+        from backends.merge.routed import merge_routed
+        out = tmp_path / "plain"
+        merge_routed(bases["tied"], out, chips[chip], tables="plain")
+    else:
+        out = merged("tied", chip)
+    hf, fast = MergedEngine(out), FastEngine(out, threads=1)
+    ch, cf = hf.new_cache(1), fast.new_cache(1)
+    tok = hf.token_id(hf.circuit.start)
+    for step in range(40 if chip == "stack" else 14):
+        a, b = hf.decode_step([tok], ch), fast.decode_step([tok], cf)
+        assert a.tolist() == b.tolist(), step
+        tok = int(a[0])
+    assert hf.read_memories(ch) == fast.read_memories(cf)
+
+
+@pytest.mark.parametrize("name,change,why", [
+    ("chip.lm_head.kinds", lambda t: t + torch.tensor([0, 1, 0]),
+     "lm_head.kinds does not hold the circuit's token kind at id 0"),
+    ("chip.model.embed_tokens.palette", lambda t: t + 1,
+     "the structured embedding is inconsistent")])
+def test_fast_engine_refuses_damaged_structured_tables(merged, tmp_path, name, change, why):
+    """A structured table that does not match the circuit, or holds values that are not
+    numbers of the chip's dtype, is refused by name, never run."""
+    import shutil
+    from safetensors.torch import load_file, save_file
+    from backends.fast.engine import FastEngine
+    from backends.fast.model import FastRefused
+    out = tmp_path / "m"
+    shutil.copytree(merged("tied", "counter"), out)
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    shard = out / index[name]
+    tensors = load_file(str(shard))
+    tensors[name] = change(tensors[name])
+    save_file(tensors, str(shard))
+    with pytest.raises(FastRefused, match=why):
+        FastEngine(out, threads=1)
+
+
 def test_mixed_sequence_routes_each_position(bases, chips, merged):
     """Batch 1: text, a run of chip tokens (prefill), text again. The text positions are
     the base's on the text alone (the chip run skipped); the chip run is the chip's prefill."""
