@@ -182,8 +182,9 @@ def _open(path: Path) -> tuple[dict[str, Any], Tensors | Prefixed]:
     if is_merged(path):
         read_manifest(path)
         chip = load_chip_json(path / "deltachip")
-        check_chip_config(path, chip)
-        return chip, Prefixed(Tensors(path), "chip.")
+        sparse = check_chip_config(path, chip)
+        return chip, Prefixed(Tensors(path), "chip.", sparse,
+                              "BF16" if chip["dtype"] == "bf16" else "F32")
     chip = load_chip_json(path)
     check_config(path, chip)
     return chip, Tensors(path)

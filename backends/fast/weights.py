@@ -123,23 +123,53 @@ class Tensors:
 
 class Prefixed:
     """The tensors of ``t`` whose names start with ``prefix``, by their names without it:
-    the chip inside a merged checkpoint (``chip.``) read as a checkpoint of its own."""
+    the chip inside a merged checkpoint (``chip.``) read as a checkpoint of its own.
+    ``sparse`` (config.json's ``chip_sparse``: name -> [out, in, nonzeros]) names the
+    weights stored as their nonzeros (``MODULE.nz_index``, ``MODULE.nz_value``:
+    backends/merge/sparse.py), read back dense in ``dtype`` ("BF16" or "F32")."""
 
-    def __init__(self, t: Tensors, prefix: str):
+    def __init__(self, t: Tensors, prefix: str, sparse: dict[str, list[int]] | None = None,
+                 dtype: str = "BF16"):
         self.t, self.prefix, self.path = t, prefix, t.path
+        self.sparse, self.dtype = dict(sparse or {}), dtype
 
     def __contains__(self, name: str) -> bool:
-        return self.prefix + name in self.t
+        return name in self.sparse or self.prefix + name in self.t
 
     def names(self) -> Iterator[str]:
         n = len(self.prefix)
-        return (k[n:] for k in self.t.names() if k.startswith(self.prefix))
+        stored = (k[n:] for k in self.t.names() if k.startswith(self.prefix))
+        return iter([k for k in stored if not k.endswith((".nz_index", ".nz_value"))]
+                    + list(self.sparse))
 
     def shape(self, name: str) -> tuple[int, ...]:
+        if name in self.sparse:
+            return tuple(self.sparse[name][:2])
         return self.t.shape(self.prefix + name)
 
     def raw(self, name: str) -> tuple[np.ndarray, str]:
+        if name in self.sparse:
+            return self._dense(name), self.dtype
         return self.t.raw(self.prefix + name)
+
+    def _dense(self, name: str) -> np.ndarray:
+        """The stored words of a weight kept as its nonzeros: ascending flat positions in
+        range, one value each, every value a number of the dtype (else ChipDirError)."""
+        mod = self.prefix + name[:-len(".weight")]
+        rows, cols, nnz = self.sparse[name]
+        (index, ki), (value, kv) = self.t.raw(mod + ".nz_index"), self.t.raw(mod + ".nz_value")
+        index, bits = np.asarray(index), np.asarray(value).view(np.uint32)
+        ok = (ki == kv == "I32" and index.shape == bits.shape == (nnz,)
+              and (nnz == 0 or (index[0] >= 0 and index[-1] < rows * cols
+                                and np.all(np.diff(index) > 0))))
+        if ok and self.dtype == "BF16":
+            ok = not np.any(bits & 0xFFFF)
+        if not ok:
+            raise ChipDirError(f"{self.path}: {mod}.nz_index/.nz_value do not hold the "
+                               f"nonzeros of a {rows}x{cols} {self.dtype} weight: merge it again")
+        words = np.zeros(rows * cols, dtype=_WORDS[self.dtype])
+        words[index] = (bits >> 16).astype(np.uint16) if self.dtype == "BF16" else bits.view(np.float32)
+        return words.reshape(rows, cols)
 
     def get(self, name: str) -> np.ndarray:
         return self.t.get(self.prefix + name)
@@ -160,7 +190,7 @@ def _nonzero_mask(words: np.ndarray, dtype: str) -> np.ndarray:
 _SIGNLESS = {"BF16": (np.uint16, 0x7FFF_7FFF_7FFF_7FFF), "F32": (np.uint32, 0x7FFF_FFFF_7FFF_FFFF)}
 
 
-def _nonzero_flat(words: np.ndarray, dtype: str) -> np.ndarray:
+def nonzero_flat(words: np.ndarray, dtype: str) -> np.ndarray:
     """The flat indices (ascending) of the nonzero numbers in a C-contiguous block. Tested 8
     bytes at a time first (the sign bits masked off), so the scan of a mostly-zero table
     costs a fraction of a word-by-word test."""
@@ -187,7 +217,7 @@ def sparse_rows(t: Tensors, name: str, chunk: int = 1 << 14
     cols, vals = [], []
     for r0 in range(0, rows, chunk):
         blk = np.asarray(words[r0:r0 + chunk])
-        rr, cc = np.divmod(_nonzero_flat(blk, dtype), blk.shape[1])
+        rr, cc = np.divmod(nonzero_flat(blk, dtype), blk.shape[1])
         counts[r0:r0 + len(blk)] = np.bincount(rr, minlength=len(blk))
         cols.append(cc.astype(np.int32))
         w = blk[rr, cc]

@@ -112,20 +112,28 @@ def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
     check_chip_config(d, eng.chip)
 
 
-def check_chip_config(d: Path, chip: dict[str, Any]) -> None:
+def check_chip_config(d: Path, chip: dict[str, Any]) -> dict[str, list[int]]:
     """ChipDirError unless ``d``/config.json's ``chip_config`` holds every setting of the
-    chip's chip.json."""
+    chip's chip.json; gives its ``chip_sparse`` (the weights stored as their nonzeros:
+    name -> [out, in, nonzeros])."""
     f = d / "config.json"
     try:
-        cfg = json.loads(f.read_text()).get("chip_config")
+        whole = json.loads(f.read_text())
+        cfg, sparse = whole.get("chip_config"), whole.get("chip_sparse") or {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, AttributeError):
         raise ChipDirError(f"{f}: unreadable or not a JSON object: merge it again") from None
+    if not (isinstance(sparse, dict) and all(
+            isinstance(v, list) and len(v) == 3 and all(type(x) is int and x >= 0 for x in v)
+            for v in sparse.values())):
+        raise ChipDirError(f"{f}: chip_sparse is not a map of weight names to [out, in, "
+                           f"nonzeros]: merge it again")
     for key, want in chip["config"].items():
         got = cfg.get(key, "missing") if isinstance(cfg, dict) else "missing"
         if got != want:
             raise ChipDirError(f"{f} does not match deltachip/chip.json: chip_config.{key} is "
                                f"{got if got == 'missing' else repr(got)}, chip.json says "
                                f"{want!r}: merge it again")
+    return sparse
 
 
 def _rows(rows: list[dict[int, dict[int, torch.Tensor]]]

@@ -56,6 +56,9 @@ class DeltachipRoutedConfig(PreTrainedConfig):
     chip_tables: str = "plain"
     #: the structured tables' sizes: embed_cols, embed_palette, head_kinds, head_rows
     chip_tables_shape: dict | None = None
+    #: the chip's layer weights stored as their nonzeros (:class:`SparseLinear`): weight name
+    #: (``model.layers.L.….weight``) -> [out_features, in_features, nonzeros]
+    chip_sparse: dict | None = None
 
 
 class RoutedCache:
@@ -189,13 +192,49 @@ class KindHead(nn.Module):
         return nn.functional.linear(hidden, self.expanded(hidden.dtype))
 
 
+def sparse_weight(index: torch.Tensor, value: torch.Tensor, shape: tuple[int, int],
+                  dtype: torch.dtype) -> torch.Tensor:
+    """A weight of ``shape`` (``dtype``) that is zero but at the flat positions ``index``
+    [N] (int32), where it holds ``value`` (float32 bits [N]). No arithmetic: a scatter, so
+    exact."""
+    w = torch.zeros(shape[0] * shape[1], dtype=dtype, device=value.device)
+    w[index.long()] = _as_float(value).to(dtype)
+    return w.view(shape)
+
+
+class SparseLinear(nn.Module):
+    """A bias-free linear layer whose weight is stored as its nonzeros (a chip's layer is
+    almost all zeros: the RISC-V core's 1.58 GB of layer weights hold 650k nonzeros): the
+    flat positions and the values (:func:`sparse_weight`), expanded once, at the first call
+    in a dtype; then ``F.linear`` as with the plain ``nn.Linear`` it replaces."""
+
+    def __init__(self, in_features: int, out_features: int, nonzeros: int, dtype_of):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("nz_index", torch.zeros(nonzeros, dtype=torch.int32))
+        self.register_buffer("nz_value", torch.zeros(nonzeros, dtype=torch.int32))
+        self._dtype_of = dtype_of
+        self._weight: torch.Tensor | None = None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        dtype, w = self._dtype_of(), self._weight
+        if w is None or w.dtype != dtype or w.device != self.nz_value.device:
+            w = self._weight = sparse_weight(self.nz_index, self.nz_value,
+                                             (self.out_features, self.in_features), dtype)
+        return w
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight)
+
+
 class DeltachipChip(nn.Module):
     """The chip: transformers' Qwen3.5 text model with its own lm_head, and the initial GDN
     state of every layer holding a memory image (fp32 bits stored as int32, so loading in
     another dtype never rounds them)."""
 
     def __init__(self, config: Qwen3_5TextConfig, rom_layers: list[int],
-                 tables: dict | None = None):
+                 tables: dict | None = None, sparse: dict | None = None):
         super().__init__()
         if tables is None:
             self.model = Qwen3_5TextModel(config)
@@ -209,6 +248,11 @@ class DeltachipChip(nn.Module):
                 tables["embed_palette"], lambda: self.model.norm.weight.dtype)
             self.lm_head = KindHead(config.vocab_size, config.hidden_size,
                                     tables["head_kinds"], tables["head_rows"])
+        # weights stored as their nonzeros: "model.layers.L.….weight" -> [out, in, nonzeros]
+        for name, (n_out, n_in, nnz) in (sparse or {}).items():
+            parent, attr = name[:-len(".weight")].rsplit(".", 1)
+            setattr(self.get_submodule(parent), attr, SparseLinear(
+                n_in, n_out, nnz, lambda: self.model.norm.weight.dtype))
         shape = (config.linear_num_value_heads, config.linear_key_head_dim,
                  config.linear_value_head_dim)
         self.rom_layers = list(rom_layers)
@@ -262,7 +306,8 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         if not self.tied:
             self.lm_head = nn.Linear(base.hidden_size, base.vocab_size, bias=False)
         tables = config.chip_tables_shape if config.chip_tables == "structured" else None
-        self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [], tables)
+        self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [], tables,
+                                  config.chip_sparse)
         self.post_init()
 
     # ---- ids and caches ------------------------------------------------------------------

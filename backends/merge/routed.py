@@ -9,8 +9,10 @@ compile``, an output path. Gives: OUT_DIR with
   vocab_size: chip token ``i`` is id ``offset + i``) and ``chip_vocab_size``;
 - the weights: every base shard copied byte for byte (renamed ``model-0000i-of-0000N``; a
   single-file base becomes shard 1), then one shard per chip weight file with the chip's
-  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``; the embedding and
-  lm_head in structured form when ``tables`` allows: :mod:`backends.merge.tables`)
+  tensors, byte for byte, under ``chip.`` (``chip.model.layers.0...``; unless ``tables`` is
+  ``plain``, the embedding and lm_head in structured form when they have it,
+  :mod:`backends.merge.tables`, and the layers' 2-D weights as their nonzeros when that is
+  smaller, :mod:`backends.merge.sparse`)
   and the initial GDN state of each layer holding a memory image (``chip.rom_state_L``, fp32
   bits as int32), and ``model.safetensors.index.json``;
 - the base's tokenizer files with one special token per chip id (``<|chip:KIND:PAYLOAD|>``,
@@ -232,8 +234,9 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
     ``tables``: how the chip's embedding and lm_head are stored: ``structured``
     (:mod:`backends.merge.tables`; refused when the chip's tables lack the structure),
-    ``plain`` (byte for byte), or ``auto`` (structured when the chip's tables have the
-    structure and it is smaller). ``firmware``: a RISC-V program whose memory images replace
+    ``plain`` (byte for byte, the layers' weights too), or ``auto`` (structured when the
+    chip's tables have the structure and it is smaller); but ``plain``, a layer weight is
+    stored as its nonzeros when that is smaller (:mod:`backends.merge.sparse`). ``firmware``: a RISC-V program whose memory images replace
     the chip's (the chip is then the core: :func:`cpu.rv32.merged.core_for`)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
@@ -262,6 +265,12 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         elif tables == "auto" and packed.nbytes >= packed.plain_nbytes:
             packed = None
     skip = {EMBED, HEAD} if packed is not None else set()
+    layers = None
+    if tables != "plain":
+        say("reading the chip's layer weights")
+        from backends.merge.sparse import sparse_layers
+        layers = sparse_layers(chip.files, skip)
+        skip |= layers.names
 
     # the shards: the base's as they are, then one per chip weight file
     chip_shards: list[list[OutTensor]] = []
@@ -276,6 +285,8 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
                                   data=b) for layer, b in chip.rom_states.items()]
     if packed is not None:
         chip_shards[-1] += packed.tensors
+    if layers is not None:
+        chip_shards[-1] += layers.tensors
     n = len(base.files) + len(chip_shards)
     names_out = [shard_name(i, n) for i in range(n)]
     meta = {"format": "pt"}
@@ -303,6 +314,8 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         cfg = _config(base, chip, offset, len(names), dtype)
         if packed is not None:
             cfg["chip_tables"], cfg["chip_tables_shape"] = "structured", packed.shape
+        if layers is not None and layers.config:
+            cfg["chip_sparse"] = layers.config
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
         for fname, data in texts.items():
@@ -315,6 +328,10 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
         manifest = _manifest(base, chip, offset, names, dtype, roms)
         manifest["chip"]["tables"] = _tables_entry(chip, packed)
+        if layers is not None and layers.config:
+            manifest["chip"]["sparse_layers"] = {
+                "weights": len(layers.config), "bytes": layers.nbytes,
+                "dense_bytes": layers.dense_nbytes}
         if firmware is not None:
             manifest["firmware"] = firmware.manifest()
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -54,15 +54,29 @@ def test_every_base_tensor_is_byte_identical(bases, chips, merged, base):
                 assert index[name] == shard.name
                 assert torch.equal(fb.get_tensor(name).view(torch.uint8).flatten(),
                                    fo.get_tensor(name).view(torch.uint8).flatten())
-    # the chip's tensors, byte for byte, under chip. (its token tables are structured)
+    # the chip's tensors under chip.: byte for byte, or (its token tables structured, its
+    # mostly-zero layer weights as nonzeros) expanded by the modeling file to the same bits
+    from backends.merge.modeling_deltachip import sparse_weight
+    sparse = json.loads((out / "config.json").read_text())["chip_sparse"]
     src = chips["counter"] / "model.safetensors"
     with safe_open(str(src), "pt") as fc:
         for name in fc.keys():
             if name in ("model.embed_tokens.weight", "lm_head.weight"):
                 assert "chip." + name not in index
                 continue
+            want = fc.get_tensor(name)
+            if name in sparse:
+                assert "chip." + name not in index and sparse[name][:2] == list(want.shape)
+                mod = "chip." + name[:-len(".weight")]
+                with safe_open(str(out / index[mod + ".nz_index"]), "pt") as fo:
+                    got = sparse_weight(fo.get_tensor(mod + ".nz_index"),
+                                        fo.get_tensor(mod + ".nz_value"), want.shape, want.dtype)
+                assert sparse[name][2] == int((want != 0).sum())
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+                continue
             with safe_open(str(out / index["chip." + name]), "pt") as fo:
                 assert torch.equal(fc.get_tensor(name), fo.get_tensor("chip." + name))
+    assert len(sparse) > 10
 
 
 @pytest.mark.parametrize("chip,dtype", [("counter", "bf16"), ("counter32", "fp32"),
@@ -224,14 +238,17 @@ def test_fast_engine_on_the_merged_chip_is_the_merged_model(bases, chips, merged
     ("chip.lm_head.kinds", lambda t: t + torch.tensor([0, 1, 0]),
      "lm_head.kinds does not hold the circuit's token kind at id 0"),
     ("chip.model.embed_tokens.palette", lambda t: t + 1,
-     "the structured embedding is inconsistent")])
+     "the structured embedding is inconsistent"),
+    ("chip.model.layers.0.mlp.gate_proj.nz_index", lambda t: t + (1 << 30),
+     "mlp.gate_proj.nz_index/.nz_value do not hold the nonzeros of a")])
 def test_fast_engine_refuses_damaged_structured_tables(merged, tmp_path, name, change, why):
     """A structured table that does not match the circuit, or holds values that are not
-    numbers of the chip's dtype, is refused by name, never run."""
+    numbers of the chip's dtype, or a sparse weight's positions out of range, is refused
+    by name, never run."""
     import shutil
     from safetensors.torch import load_file, save_file
     from backends.fast.engine import FastEngine
-    from backends.fast.model import FastRefused
+    from backends.checkpoint import ChipDirError
     out = tmp_path / "m"
     shutil.copytree(merged("tied", "counter"), out)
     index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
@@ -239,7 +256,7 @@ def test_fast_engine_refuses_damaged_structured_tables(merged, tmp_path, name, c
     tensors = load_file(str(shard))
     tensors[name] = change(tensors[name])
     save_file(tensors, str(shard))
-    with pytest.raises(FastRefused, match=why):
+    with pytest.raises(ChipDirError, match=why):     # (FastRefused is one)
         FastEngine(out, threads=1)
 
 
