@@ -1,12 +1,16 @@
-"""Figures of the routed merge: output size vs base, merge time and peak RSS, load time.
+"""Figures of a merge: output size vs base, merge time and peak RSS, load time.
 
 Builds a random Qwen3.5 text base with Qwen3.5-4B's shapes (hidden 2560, vocab 248,320,
-GDN 16x128 / 32x128 heads, MLP 9216, full attention every 4th layer) but only ``--layers``
-layers, written tensor by tensor in ``--shards`` shards (nothing is downloaded), compiles
-the counter example, runs ``deltachip merge`` in a child process under ``/usr/bin/time -v``
-and loads both checkpoints in transformers.
+GDN 16x128 / 32x128 heads, MLP 9216, full attention every 4th layer) and ``--layers``
+layers (32: Qwen3.5-4B's), written tensor by tensor in ``--shards`` shards (nothing is
+downloaded), or reuses the one in ``--dir`` (``--keep-base``); compiles the counter example
+as the chip, or takes the RISC-V core with a program (``--firmware calc``: the core cache's
+qwen3.5-4b entry, compiled on first use); runs ``deltachip merge --layout L`` in a child
+process under ``/usr/bin/time -v`` and loads both checkpoints (and the merged tokenizer) in
+transformers.
 
     python benchmarks/merge_figures.py --layers 4 --dir /tmp/merge-figures
+    python benchmarks/merge_figures.py --layers 32 --shards 4 --firmware calc
 """
 from __future__ import annotations
 
@@ -69,22 +73,43 @@ def load_seconds(path: Path, remote: bool) -> float:
     return float(r.stdout.split()[-1])
 
 
+def tokenizer_seconds(path: Path) -> float:
+    code = ("import time;from transformers import AutoTokenizer as T;t=time.perf_counter();"
+            f"T.from_pretrained({str(path)!r});print(time.perf_counter()-t)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(r.stdout.split()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/merge-figures"))
+    ap.add_argument("--keep-base", action="store_true",
+                    help="reuse DIR/base when it is there")
+    ap.add_argument("--firmware", default=None, metavar="calc|PROG.elf",
+                    help="merge the RISC-V core with this program instead of the counter")
+    ap.add_argument("--layout", choices=["routed", "stock"], default="routed")
     a = ap.parse_args()
-    shutil.rmtree(a.dir, ignore_errors=True)
-    t = time.perf_counter()
-    build_base(a.dir / "base", a.layers, a.shards)
-    print(f"base built in {time.perf_counter() - t:.1f} s")
-    subprocess.run([sys.executable, "-m", "deltachip", "compile",
-                    str(ROOT / "examples/counter/counter.hdl"), "-o", str(a.dir / "counter")],
-                   check=True, capture_output=True)
+    if not (a.keep_base and (a.dir / "base" / "config.json").is_file()):
+        shutil.rmtree(a.dir, ignore_errors=True)
+        t = time.perf_counter()
+        build_base(a.dir / "base", a.layers, a.shards)
+        print(f"base built in {time.perf_counter() - t:.1f} s")
+    shutil.rmtree(a.dir / "merged", ignore_errors=True)
+    if a.firmware:
+        chip = ["--firmware", a.firmware]
+    else:
+        shutil.rmtree(a.dir / "counter", ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "deltachip", "compile",
+                        str(ROOT / "examples/counter/counter.hdl"), "-o", str(a.dir / "counter")],
+                       check=True, capture_output=True)
+        chip = ["--chip", str(a.dir / "counter")]
     r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "deltachip", "merge",
-                        str(a.dir / "base"), str(a.dir / "merged"), "--chip",
-                        str(a.dir / "counter")], capture_output=True, text=True, check=True)
+                        str(a.dir / "base"), str(a.dir / "merged"), *chip, "--layout",
+                        a.layout], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"merge failed ({r.returncode}):\n{r.stdout}{r.stderr[-3000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
     wall = re.search(r"Elapsed \(wall clock\) time.*: (\S+)", r.stderr).group(1)
     size = lambda p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())  # noqa: E731
@@ -93,8 +118,13 @@ def main() -> None:
     print(f"base {base:,} bytes, merged {out:,} bytes ({out / base:.4f}x, +{out - base:,})")
     print(f"merge: wall {wall}, peak RSS {rss / 1024:.0f} MiB (whole process, python and torch "
           f"included)")
+    big = sorted(((f.stat().st_size, f.name) for f in (a.dir / "merged").rglob("*")
+                  if f.is_file() and f.stat().st_size > (1 << 20)), reverse=True)
+    print("merged files over 1 MiB:", ", ".join(f"{n} {b / 2**20:,.1f} MiB" for b, n in big))
     print(f"load (bf16): base {load_seconds(a.dir / 'base', False):.1f} s, merged "
-          f"{load_seconds(a.dir / 'merged', True):.1f} s")
+          f"{load_seconds(a.dir / 'merged', a.layout == 'routed'):.1f} s; tokenizer: base "
+          f"{tokenizer_seconds(a.dir / 'base'):.1f} s, merged "
+          f"{tokenizer_seconds(a.dir / 'merged'):.1f} s")
 
 
 if __name__ == "__main__":

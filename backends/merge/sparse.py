@@ -23,7 +23,7 @@ import torch
 
 from backends.fast.weights import nonzero_flat
 from backends.merge.modeling_deltachip import sparse_weight
-from backends.merge.stfile import Header, OutTensor
+from backends.merge.stfile import Header, OutTensor, Rows
 
 #: the weights that may be stored sparse: every 2-D weight of a decoder layer
 NAME = re.compile(r"model\.layers\.\d+\..*\.weight")
@@ -60,8 +60,8 @@ def sparse_layers(files: list[Header], skip: set[str]) -> SparseLayers:
                     or t.dtype not in _WORDS or t.shape[0] * t.shape[1] > MAX_ELEMENTS:
                 continue
             np_word, tdt, tint = _WORDS[t.dtype]
-            words = np.memmap(h.path, dtype=np_word, mode="r", offset=t.begin, shape=t.shape)
-            where = nonzero_flat(np.asarray(words), t.dtype)
+            words = Rows(h.path, t, np_word)[:]
+            where = nonzero_flat(words, t.dtype)
             if 8 * len(where) >= t.nbytes:
                 continue
             vals = words.reshape(-1)[where]
@@ -69,8 +69,7 @@ def sparse_layers(files: list[Header], skip: set[str]) -> SparseLayers:
             index = where.astype(np.int32)
             value = np.ascontiguousarray(bits).view(np.int32)
             got = sparse_weight(torch.from_numpy(index), torch.from_numpy(value), t.shape, tdt)
-            if not torch.equal(got.view(tint), torch.from_numpy(np.array(words).view(
-                    _SIGNED[t.dtype]))):
+            if not torch.equal(got.view(tint), torch.from_numpy(words.view(_SIGNED[t.dtype]))):
                 continue                    # (never seen: the scatter is exact) kept dense
             module = "chip." + t.name[:-len(".weight")]
             out.tensors += [OutTensor(f"{module}.nz_index", "I32", index.shape, index.nbytes,

@@ -2,7 +2,9 @@
 
 Takes: a ``.safetensors`` path. Gives: :func:`read_header` (every tensor's dtype, shape and
 byte range, checked against the file's size, so a truncated or corrupt file is a
-:class:`MergeError` naming it before anything is written), :func:`copy_file` (the file,
+:class:`MergeError` naming it before anything is written), :class:`Rows` (a 2-D tensor's
+rows read on demand, so a multi-GB table is never held, nor mapped, whole),
+:func:`copy_file` (the file,
 byte for byte, in bounded chunks) and :func:`write_file` (a new file whose tensors are
 byte ranges of other files or bytes in memory, streamed: at most one chunk in memory).
 The format: an 8-byte little-endian header length, a JSON header ``{name: {"dtype",
@@ -17,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence
+
+import numpy as np
 
 from common.errors import UserError
 from common.outputs import os_reason
@@ -54,6 +58,36 @@ class Header:
     tensors: dict[str, TensorEntry]
     metadata: dict[str, str]
     size: int                   # the file's size in bytes
+
+
+class Rows:
+    """The rows of a 2-D tensor of a safetensors file, read on demand as ``numpy`` words of
+    ``word`` (the dtype's item size): ``rows[i]`` one row, ``rows[a:b]`` a block. Each read
+    is a plain file read, so the process's resident memory holds the rows asked for, not
+    the pages of the whole tensor as a memory map would."""
+
+    def __init__(self, path: Path, entry: TensorEntry, word: type):
+        self.path, self.entry, self.word = path, entry, np.dtype(word)
+        self.shape, self.dtype = entry.shape, self.word
+        self.nbytes = entry.nbytes
+        self._row = entry.shape[1] * self.word.itemsize
+
+    def __getitem__(self, key: int | slice) -> np.ndarray:
+        if isinstance(key, slice):
+            a, b, step = key.indices(self.shape[0])
+            if step != 1:
+                raise ValueError("Rows reads a block of consecutive rows")
+            return self._read(a, max(a, b))
+        return self._read(key, key + 1)[0]
+
+    def _read(self, a: int, b: int) -> np.ndarray:
+        out = np.empty((b - a, self.shape[1]), dtype=self.word)
+        with open(self.path, "rb") as f:
+            f.seek(self.entry.begin + a * self._row)
+            got = f.readinto(memoryview(out).cast("B"))
+        if got != out.nbytes:
+            raise MergeError(f"{self.path}: truncated while reading {self.entry.name}")
+        return out
 
 
 def read_header(path: Path) -> Header:

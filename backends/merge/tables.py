@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from backends.merge.modeling_deltachip import HEAD_CHUNK, embedding_rows, head_rows
-from backends.merge.stfile import Header, OutTensor
+from backends.merge.stfile import Header, OutTensor, Rows
 
 EMBED = "model.embed_tokens.weight"
 HEAD = "lm_head.weight"
@@ -52,10 +52,9 @@ class Tables:
     plain_nbytes: int
 
 
-def _words(h: Header, name: str) -> tuple[np.ndarray, str]:
+def _words(h: Header, name: str) -> tuple[Rows, str]:
     t = h.tensors[name]
-    np_word = WORDS[t.dtype][0]
-    return np.memmap(h.path, dtype=np_word, mode="r", offset=t.begin, shape=t.shape), t.dtype
+    return Rows(h.path, t, WORDS[t.dtype][0]), t.dtype
 
 
 def _float32(words: np.ndarray, dtype: str) -> np.ndarray:
@@ -100,7 +99,7 @@ def structure(files: list[Header], chip: dict[str, Any]) -> Tables | str:
                   emb.nbytes + head.nbytes)
 
 
-def _embedding(E: np.ndarray, dtype: str) -> list[OutTensor] | str:
+def _embedding(E: Rows, dtype: str) -> list[OutTensor] | str:
     V, H = E.shape
     row0 = np.array(E[0])
     same = np.ones(H, dtype=bool)
@@ -144,7 +143,7 @@ def _first_bad(got: torch.Tensor, want: torch.Tensor) -> int:
     return int((got != want).any(1).nonzero()[0, 0])
 
 
-def _head(W: np.ndarray, dtype: str, chip: dict[str, Any]) -> list[OutTensor] | str:
+def _head(W: Rows, dtype: str, chip: dict[str, Any]) -> list[OutTensor] | str:
     V, H = W.shape
     kinds = sorted((k["offset"], k["payload_bits"]) for k in chip["tokens"]["kinds"])
     at = 0

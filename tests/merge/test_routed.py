@@ -169,8 +169,18 @@ def test_tokenizer_keeps_text_and_adds_chip_tokens(bases, chips, merged):
         tb.apply_chat_template(chat, add_generation_prompt=True)
     names = ["<|chip:Count:0|>", "<|chip:Count:9|>", "<|chip:Done|>"]
     assert tm.convert_tokens_to_ids(names) == [VOCAB + 0, VOCAB + 9, VOCAB + 256]
-    assert tm("x<|chip:Count:7|>x").input_ids[1] == VOCAB + 7
-    assert tm.decode([VOCAB + 256]) == "<|chip:Done|>"
+    assert tm.decode([VOCAB + 256, VOCAB + 3]) == "<|chip:Done|><|chip:Count:3|>"
+    # a chip token's name typed in a text is text: only the model or code makes chip ids
+    typed = "x" + "".join(names) + " <|chip:Count:7|>x"
+    assert tm(typed).input_ids == tb(typed).input_ids
+    assert max(tm(typed).input_ids) < VOCAB
+    # the chip's names are vocabulary entries, not added tokens (a large chip's would make
+    # the tokenizer slow to load)
+    tj = json.loads((out / "tokenizer.json").read_text())
+    assert tj["added_tokens"] == json.loads((bases["tied"] / "tokenizer.json").read_text())[
+        "added_tokens"]
+    assert (out / "tokenizer_config.json").read_bytes() == \
+        (bases["tied"] / "tokenizer_config.json").read_bytes()
     manifest = json.loads((out / "deltachip.json").read_text())
     assert manifest["layout"] == "routed" and manifest["chip"]["name"] == "Counter"
     assert manifest["tokens"] == {**manifest["tokens"], "offset": VOCAB, "count": 257}
