@@ -101,9 +101,12 @@ def main() -> None:
         chip = ["--firmware", a.firmware]
     else:
         shutil.rmtree(a.dir / "counter", ignore_errors=True)
+        # the stock layout wants the chip compiled for the base's module shapes
+        target = (["--target", str(a.dir / "base" / "config.json")] if a.layout == "stock"
+                  else [])
         subprocess.run([sys.executable, "-m", "deltachip", "compile",
-                        str(ROOT / "examples/counter/counter.hdl"), "-o", str(a.dir / "counter")],
-                       check=True, capture_output=True)
+                        str(ROOT / "examples/counter/counter.hdl"), *target, "-o",
+                        str(a.dir / "counter")], check=True, capture_output=True)
         chip = ["--chip", str(a.dir / "counter")]
     r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "deltachip", "merge",
                         str(a.dir / "base"), str(a.dir / "merged"), *chip, "--layout",

@@ -86,6 +86,9 @@ def merge_command(args: argparse.Namespace) -> int:
     if args.target is not None and args.firmware is None:
         raise UserError("--target applies to --firmware (the core is compiled for it); a "
                         "--chip is merged as it was compiled")
+    if args.layout == "stock" and args.firmware is not None:
+        raise UserError("--firmware merges into the routed layout only (the stock layout "
+                        "takes a --chip compiled for the base's shapes)")
     if args.firmware is not None:
         from pathlib import Path
         from backends.merge.base import read_base
@@ -97,9 +100,6 @@ def merge_command(args: argparse.Namespace) -> int:
         firmware = load_firmware(args.firmware)
         chip = core_for(firmware, target, args.dtype or "bf16", progress=say)
     if args.layout == "stock":
-        if firmware is not None:
-            raise UserError("--firmware merges into the routed layout only (the stock layout "
-                            "takes a --chip compiled for the base's shapes)")
         from backends.merge.stock import merge_stock
         r = merge_stock(args.base, args.output, chip, args.dtype, progress=say)
     else:
