@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -171,10 +171,14 @@ def check_engine(eng: ChipEngine, steps: int, batch: int = 1, prefill: bool = Fa
                  starts: Sequence[Token] | None = None, mem_every: int = 1,
                  max_mismatches: int = 20, lanes: bool = True,
                  chunk: int = PREFILL_CHUNK,
-                 roms: Sequence[dict[str, list[int]]] | None = None) -> CheckReport:
+                 roms: Sequence[dict[str, list[int]]] | None = None,
+                 answers: Sequence[Callable[[Token], Token]] | None = None) -> CheckReport:
     """Compare ``eng`` with the simulator for ``steps`` steps (see the module docstring);
     ``lanes``: also compare every live residual lane after every sublayer; ``roms``: one
-    dict of memory images per row (over the engine's own)."""
+    dict of memory images per row (over the engine's own); ``answers``: per row, what the
+    outside feeds in place of a token the chip emits (a chip that asks for input: the
+    RISC-V core's Want, answered with In(byte)); the emitted token is what both must
+    predict, the answer the next position's token."""
     c = eng.circuit
     if starts is None:
         if c.start is None:
@@ -187,6 +191,7 @@ def check_engine(eng: ChipEngine, steps: int, batch: int = 1, prefill: bool = Fa
         raise CheckError(f"prefill chunk must be >= 1, got {chunk}")
     if roms is not None and len(roms) != batch:
         raise CheckError(f"{len(roms)} memory images for batch {batch}")
+    answer = list(answers) if answers is not None else [lambda t: t] * batch
     sims = [Simulator(c, eng.roms if roms is None else {**eng.roms, **roms[b]})
             for b in range(batch)]
     rep = CheckReport()
@@ -194,9 +199,11 @@ def check_engine(eng: ChipEngine, steps: int, batch: int = 1, prefill: bool = Fa
     taps_ctx = eng.sublayer_taps(ln.map.tap_dims) if ln else nullcontext({})
     with taps_ctx as taps:
         if prefill:
-            _prefill(eng, sims, starts, steps, rep, ln, taps, chunk, max_mismatches, roms)
+            _prefill(eng, sims, starts, steps, rep, ln, taps, chunk, max_mismatches, roms,
+                     answer)
         else:
-            _decode(eng, sims, starts, steps, rep, ln, taps, mem_every, max_mismatches, roms)
+            _decode(eng, sims, starts, steps, rep, ln, taps, mem_every, max_mismatches, roms,
+                    answer)
     rep.mismatches = rep.mismatches[:max_mismatches]
     return rep
 
@@ -208,7 +215,8 @@ def _fmt(c: Circuit, t: Token) -> str:
 def _decode(eng: ChipEngine, sims: list[Simulator], starts: list[Token], steps: int,
             rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor],
             mem_every: int, max_mismatches: int,
-            roms: Sequence[dict[str, list[int]]] | None) -> None:
+            roms: Sequence[dict[str, list[int]]] | None,
+            answer: Sequence[Callable[[Token], Token]]) -> None:
     c = eng.circuit
     batch = len(sims)
     cache = eng.new_cache(batch, roms)
@@ -238,14 +246,15 @@ def _decode(eng: ChipEngine, sims: list[Simulator], starts: list[Token], steps: 
                                                _fmt_id(eng, got)))
                 active[b] = False
                 continue
-            cur[b] = r.next
+            cur[b] = answer[b](r.next)
         if not any(active) or len(rep.mismatches) >= max_mismatches:
             break
 
 
 def _prefill(eng: ChipEngine, sims: list[Simulator], starts: list[Token], steps: int,
              rep: CheckReport, ln: _Lanes | None, taps: dict[int, torch.Tensor], chunk: int,
-             max_mismatches: int, roms: Sequence[dict[str, list[int]]] | None) -> None:
+             max_mismatches: int, roms: Sequence[dict[str, list[int]]] | None,
+             answer: Sequence[Callable[[Token], Token]]) -> None:
     """The simulator's streams fed ``chunk`` positions per call; rows are cut to the
     shortest stream (one ends after a halt token or ``steps`` steps). The memories are
     compared after every call, at its last position."""
@@ -273,7 +282,7 @@ def _prefill(eng: ChipEngine, sims: list[Simulator], starts: list[Token], steps:
                 vals[b].append(r.values if r is not None else None)
                 if not done:
                     nexts[b].append(r.next)
-                    cur[b] = r.next
+                    cur[b] = answer[b](r.next)
             pos += 1
         ids = torch.tensor([[eng.token_id(t) for t in row] for row in toks])
         pred, cache = eng.prefill(ids, cache)

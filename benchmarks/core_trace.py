@@ -59,6 +59,8 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
         ("ecall", 0, 0, 0, 0),                      # exit(-142)
     ],
     "fault": [
+        ("lui", T1, 0, 0, memmap.UART_RX >> 12),
+        ("lbu", A3, T1, 0, memmap.UART_RX & 0xFFF),  # the input's first byte: Want, In(b)
         ("lui", A1, 0, 0, memmap.RAM_BASE >> 12),
         ("lw", A2, A1, 0, 6),                       # misaligned: address 0x80006
         ("addi", A0, 0, 0, 1),                      # never runs
@@ -71,9 +73,14 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
 STATE = ("pcr", "nx", "link", "hireg", "pend", "dctl", "qs", "dval")
 
 
+#: the input stream a program's UART reads (the core answers its Want with In(b))
+INPUT = b"Z"
+
+
 def machine_of(program: list[tuple[str, int, int, int, int]]) -> Machine:
     m = Machine()
     m.load_words([isa.encode(*p) for p in program])
+    m.rx = INPUT
     return m
 
 

@@ -80,6 +80,29 @@ def tokenizer_seconds(path: Path) -> float:
     return float(r.stdout.split()[-1])
 
 
+def call_figures(path: Path, expr: str) -> str:
+    """A fresh process: load the merged model, then generate() from a prompt ending in a
+    calc call on ``expr``: the answer, the chip's tokens, instructions and seconds, and the
+    whole generate() call's wall time (the first call also loads the fast engine)."""
+    code = f"""
+import json, time, torch, warnings
+warnings.simplefilter("ignore")
+from transformers import AutoModelForCausalLM, AutoTokenizer
+m = AutoModelForCausalLM.from_pretrained({str(path)!r}, dtype=torch.bfloat16, trust_remote_code=True)
+tok = AutoTokenizer.from_pretrained({str(path)!r}, trust_remote_code=True)
+call = json.dumps({{"name": "calc", "arguments": {{"expression": {expr!r}}}}})
+ids = tok("<|im_start|>assistant\\n<tool_call>\\n" + call + "\\n</tool_call>", return_tensors="pt").input_ids
+for k in range(2):
+    cache = m.new_cache(); t = time.perf_counter()
+    out = m.generate(ids, max_new_tokens=60, do_sample=False, cache=cache)
+    wall = time.perf_counter() - t
+    r = cache.calls[0].log[0]
+    print(f"call {{k + 1}}: {{r['output'].strip()!r}}: chip {{r['tokens']:,}} tokens, {{r['instructions']:,}} instructions, {{r['seconds']:.2f}} s on {{r['engine']}}; generate() {{wall:.2f}} s")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else f"call failed: {r.stderr[-2000:]}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=4)
@@ -90,6 +113,9 @@ def main() -> None:
     ap.add_argument("--firmware", default=None, metavar="calc|PROG.elf",
                     help="merge the RISC-V core with this program instead of the counter")
     ap.add_argument("--layout", choices=["routed", "stock"], default="routed")
+    ap.add_argument("--call", action="append", default=[], metavar="EXPR",
+                    help="with --firmware calc: time a tool call of calc on EXPR through the "
+                         "merged model (plain generate(), the call at the end of the prompt)")
     a = ap.parse_args()
     if not (a.keep_base and (a.dir / "base" / "config.json").is_file()):
         shutil.rmtree(a.dir, ignore_errors=True)
@@ -124,6 +150,8 @@ def main() -> None:
     big = sorted(((f.stat().st_size, f.name) for f in (a.dir / "merged").rglob("*")
                   if f.is_file() and f.stat().st_size > (1 << 20)), reverse=True)
     print("merged files over 1 MiB:", ", ".join(f"{n} {b / 2**20:,.1f} MiB" for b, n in big))
+    for expr in a.call:
+        print(call_figures(a.dir / "merged", expr))
     print(f"load (bf16): base {load_seconds(a.dir / 'base', False):.1f} s, merged "
           f"{load_seconds(a.dir / 'merged', a.layout == 'routed'):.1f} s; tokenizer: base "
           f"{tokenizer_seconds(a.dir / 'base'):.1f} s, merged "

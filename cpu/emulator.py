@@ -37,6 +37,7 @@ _ROM_LIMIT = memmap.RODATA_END          # loads below this address hit code or r
 _RAM_BASE, _RAM_END = memmap.RAM_BASE, memmap.RAM_END
 _CODE_END = memmap.CODE_END
 _UART = memmap.UART_TX
+_RX = memmap.UART_RX
 _N_SLOTS = memmap.CODE_SIZE // 4
 
 
@@ -201,6 +202,10 @@ class Machine:
         mv = memoryview(self.mem)
         self._views = (mv, mv.cast("b"), mv.cast("H"), mv.cast("h"), mv.cast("I"))
         self.output = bytearray()
+        #: the input stream a byte load from UART_RX reads (0 once used up), and where
+        self.rx: bytes = b""
+        self.rx_pos = 0
+        self.rx_last = 0                 # the byte the last such load read
         self.symbols: dict[str, int] = {}
         self.exit_code: int | None = None
         self.fault: Fault | None = None
@@ -214,7 +219,8 @@ class Machine:
     def from_elf(cls, path: str | Path, input_text: bytes | str | None = None) -> "Machine":
         """Load an ELF (see :mod:`cpu.elf`); with ``input_text`` (bytes, or str as UTF-8),
         write it NUL-terminated at the ELF's ``__input_buffer`` (:class:`InputError` if
-        there is none or it does not fit ``__input_size``)."""
+        there is none or it does not fit ``__input_size``) and make it the input stream
+        that byte loads from ``UART_RX`` read."""
         image = read_elf(path)
         if isinstance(input_text, str):
             input_text = input_text.encode("utf-8")
@@ -224,7 +230,17 @@ class Machine:
         m.symbols = {name: s.value for name, s in image.symbols.items()}
         if input_text is not None:
             m._place_input(image, input_text)
+            m.rx = bytes(input_text)
         return m
+
+    def read_rx(self) -> int:
+        """The next byte of the input stream (0 once it is used up), consumed."""
+        b = 0
+        if self.rx_pos < len(self.rx):
+            b = self.rx[self.rx_pos]
+            self.rx_pos += 1
+        self.rx_last = b
+        return b
 
     def _place_input(self, image: ElfImage, text: bytes) -> None:
         buf = image.symbols.get(memmap.INPUT_BUFFER_SYMBOL)
@@ -358,7 +374,8 @@ class Machine:
                     self._stop(e, pc)
                     return n
                 if not is_store:
-                    data = int.from_bytes(mem[addr:addr + width], "little")
+                    data = (self.rx_last if addr == _RX
+                            else int.from_bytes(mem[addr:addr + width], "little"))
                 append(Retire(pc, word, rd, None if rd is None else regs[rd], addr, data, width,
                               is_store, npc))
             pc = npc
@@ -660,7 +677,8 @@ def _load_fault(a: int, width: int) -> _Trap:
     if a & (width - 1):
         return _Trap(FaultCause.MISALIGNED_LOAD,
                      f"address 0x{a:08x} is not a multiple of {width}")
-    what = " (the UART is write-only)" if a == _UART else ""
+    what = (" (the UART's output is write-only)" if a == _UART else
+            " (the UART's input takes byte loads (lb, lbu) only)" if a == _RX else "")
     return _Trap(FaultCause.LOAD_ACCESS, f"address 0x{a:08x}{what}")
 
 
@@ -722,14 +740,23 @@ def _compile_load(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
         def f0():
             a = regs[rs1] + imm
             if a & amask or not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
+                if a == _RX and width == 1:
+                    m.read_rx()                   # the byte is consumed, x0 keeps 0
+                    return npc
                 raise _load_fault(a, width)
             return npc
         return f0
     if shift == 0:
+        signed = n == "lb"
+
         def f():
             a = regs[rs1] + imm
             if not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
-                raise _load_fault(a, width)
+                if a != _RX:
+                    raise _load_fault(a, width)
+                b = m.read_rx()
+                regs[rd] = (b - 256 if signed and b & 0x80 else b) & M
+                return npc
             regs[rd] = view[a] & M
             return npc
     else:

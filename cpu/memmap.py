@@ -24,6 +24,12 @@ STACK_TOP = RAM_END
 
 #: UART: a byte store (``sb``) to this address prints that byte. Write-only.
 UART_TX = 0x1000_0000
+#: UART input: a byte load (``lbu``, ``lb``) from this address reads the next byte of the
+#: run's input stream (the ``--input`` text; the tool call's text inside a merged model),
+#: 0 once it is used up. Read-only; a wider load faults. On the core the load's result
+#: comes in the next token (``In``), which whoever runs the core supplies when the core
+#: asks for it (``Want``): docs/cpu.md, "Input".
+UART_RX = 0x1000_0004
 
 #: ``ecall`` with a7 = EXIT_SYSCALL ends the program with exit code a0.
 EXIT_SYSCALL = 93

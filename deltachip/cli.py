@@ -22,7 +22,8 @@ from common.errors import UserError
 from common.outputs import os_reason
 
 # In pipeline order; each is deltachip/commands/<name>.py ('-' in a name is '_' there).
-COMMANDS = ["sim", "check-rules", "firmware", "run", "compile", "check", "explain", "merge"]
+COMMANDS = ["sim", "check-rules", "firmware", "run", "compile", "check", "explain", "merge",
+            "chat"]
 
 EPILOG = """examples:
   deltachip sim examples/counter/counter.hdl
@@ -33,6 +34,7 @@ EPILOG = """examples:
   deltachip check build/counter --steps 64
   deltachip explain build/counter --source examples/counter/counter.hdl:14
   deltachip merge BASE_DIR build/merged --chip build/counter
+  deltachip chat build/merged-calc --prompt 'What is 2**100?' --show-trace
 """
 
 

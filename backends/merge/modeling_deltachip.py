@@ -59,6 +59,10 @@ class DeltachipRoutedConfig(PreTrainedConfig):
     #: the chip's layer weights stored as their nonzeros (:class:`SparseLinear`): weight name
     #: (``model.layers.L.….weight``) -> [out_features, in_features, nonzeros]
     chip_sparse: dict | None = None
+    #: the tool-call bridge (a merge with the RISC-V core and a program): the ids of
+    #: <tool_call>, </tool_call>, each byte's text id, the answer's prefix and suffix ids,
+    #: and the core's token ids (backends/merge/bridge.py); None: no bridge
+    chip_bridge: dict | None = None
 
 
 class RoutedCache:
@@ -71,6 +75,8 @@ class RoutedCache:
         self.base = base
         self.chip = chip
         self.kinds: list[bool] = []         # True: a chip position
+        #: per row, the tool-call bridge's state (:class:`ToolCalls`), made at first use
+        self.calls: list[ToolCalls] | None = None
 
     @property
     def text_positions(self) -> list[int]:
@@ -288,6 +294,36 @@ class DeltachipChip(nn.Module):
         return self.lm_head(hidden)
 
 
+class ToolCalls:
+    """One row's tool-call state: inside a call (and its text ids so far), the answer's
+    ids still to be given, and a record of every call answered (what ``deltachip chat
+    --show-trace`` shows)."""
+
+    def __init__(self):
+        self.in_call = False
+        self.ids: list[int] = []
+        self.pending: list[int] = []
+        self.log: list[dict] = []
+
+
+class BridgeTables(nn.Module):
+    """The bytes of every base text id: ``text_data[text_offsets[i]:text_offsets[i+1]]``."""
+
+    def __init__(self, vocab: int, nbytes: int):
+        super().__init__()
+        self.register_buffer("text_offsets", torch.zeros(vocab + 1, dtype=torch.int64))
+        self.register_buffer("text_data", torch.zeros(nbytes, dtype=torch.uint8))
+
+    def text(self, ids: list[int]) -> bytes:
+        o, d = self.text_offsets, self.text_data
+        return b"".join(bytes(d[int(o[i]):int(o[i + 1])].tolist()) for i in ids
+                        if 0 <= i < o.shape[0] - 1)
+
+
+#: the longest call read (in text tokens); a longer one is answered with an error
+MAX_CALL_TOKENS = 4096
+
+
 class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
     """The base's ``model`` and ``lm_head`` (names and tensors as in the base checkpoint)
     and the chip under ``chip``; see the module docstring for the routing."""
@@ -308,6 +344,10 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         tables = config.chip_tables_shape if config.chip_tables == "structured" else None
         self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [], tables,
                                   config.chip_sparse)
+        bridge = config.chip_bridge
+        if bridge:
+            self.chip.bridge = BridgeTables(config.chip_token_offset, bridge["text_bytes"])
+        self._runner = None                 # the fast engine's call runner, when it loads
         self.post_init()
 
     # ---- ids and caches ------------------------------------------------------------------
@@ -373,6 +413,7 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
             logits = logits[:, -logits_to_keep:] if logits_to_keep else logits
         else:
             logits = logits[:, logits_to_keep]
+        self._bridge(input_ids, logits, cache)
         return CausalLMOutputWithPast(logits=logits, cache=cache if keep else None)
 
     def _text(self, input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache,
@@ -392,58 +433,171 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         if cache is not None:
             n = (input_ids if input_ids is not None else inputs_embeds).shape[1]
             cache.kinds.extend([False] * n)
+            self._bridge(input_ids, logits, cache)
         return CausalLMOutputWithPast(logits=logits, cache=cache if keep else None)
 
-    def _mixed(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               cache: RoutedCache) -> torch.Tensor:
-        """Runs of text positions through the base, runs of chip positions through the chip,
-        in order; every row must be text or chip together at each position."""
-        off = self.config.chip_token_offset
-        is_chip = ids >= off
-        if bool((is_chip != is_chip[:1]).any()):
-            raise ValueError("rows of a batch must be text or chip positions together: run "
-                             "rows that differ one at a time")
-        if attention_mask is not None and attention_mask.ndim != 2:
-            raise ValueError("after chip positions the attention mask must be 2-D [batch, "
-                             "positions]")
-        kinds = is_chip[0].tolist()
-        B, T = ids.shape
-        logits = None
-        s = 0
-        while s < T:
-            e = s
-            while e < T and kinds[e] == kinds[s]:
-                e += 1
-            if kinds[s]:
-                if cache.chip is None:
-                    cache.chip = self.chip.new_cache(B)
-                part = self.chip(ids[:, s:e] - off, cache.chip)
-                lo, hi = off, off + self.config.chip_vocab_size
-            else:
-                part = self._base_run(ids[:, s:e], attention_mask, cache)
-                lo, hi = 0, off
-            if logits is None:
-                logits = part.new_full((B, T, off + self.config.chip_vocab_size),
-                                       float("-inf"))
-            logits[:, s:e, lo:hi] = part.to(logits.dtype)
-            cache.kinds.extend([kinds[s]] * (e - s))
-            s = e
-        return logits
+    # ---- the tool-call bridge ------------------------------------------------------------
+    def _bridge(self, ids: torch.Tensor | None, logits: torch.Tensor,
+                cache: RoutedCache) -> None:
+        """Follow each row's text for tool calls. A call that ends at the last position
+        (``</tool_call>`` just read) is run by the chip; its answer, a tool turn holding the
+        bytes the program printed, is then given one token per position: the logits of a
+        row with an answer pending are -inf but at its next id, so greedy and sampled
+        generation both take it."""
+        cfg = self.config.chip_bridge
+        if not cfg or ids is None:
+            return
+        if cache.calls is None:
+            cache.calls = [ToolCalls() for _ in range(ids.shape[0])]
+        T = ids.shape[1]
+        for b, row in enumerate(ids.tolist()):
+            st = cache.calls[b]
+            for t, i in enumerate(row):
+                if st.pending:
+                    if i == st.pending[0]:
+                        st.pending.pop(0)
+                        continue
+                    st.pending = []             # the caller fed something else: drop it
+                if i == cfg["call_open"]:
+                    st.in_call, st.ids = True, []
+                elif st.in_call and i == cfg["call_close"]:
+                    st.in_call = False
+                    if t == T - 1:              # a call in the history is not run again
+                        st.pending = self._answer(st.ids, st.log)
+                elif st.in_call:
+                    st.ids.append(i)
+            if st.pending:
+                logits[b, -1] = float("-inf")
+                logits[b, -1, st.pending[0]] = 0.0
 
-    def _base_run(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                  cache: RoutedCache) -> torch.Tensor:
-        """One run of text positions through the base: its mask is the mask's text columns,
-        its positions count text positions only."""
-        n = ids.shape[1]
-        mask = position_ids = None
-        if attention_mask is not None:
-            past = len(cache.kinds)
-            cols = cache.text_positions + list(range(past, past + n))
-            mask = attention_mask[:, cols]
-            position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, -n:]
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                         cache=cache.base, use_cache=True)
-        return self._base_logits(out.last_hidden_state)
+    def _answer(self, ids: list[int], log: list[dict]) -> list[int]:
+        """The ids of the answer to the call whose text ids are ``ids``."""
+        cfg = self.config.chip_bridge
+        if len(ids) > MAX_CALL_TOKENS:
+            out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
+                        {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None})
+        else:
+            out, rec = self._run_call(self.chip.bridge.text(ids))
+        rec.update(call_tokens=len(ids), output=out.decode("utf-8", "replace"))
+        log.append(rec)
+        if out.endswith(b"\n"):
+            out = out[:-1]
+        return list(cfg["prefix"]) + [cfg["byte_ids"][c] for c in out] + list(cfg["suffix"])
+
+    def _run_call(self, text: bytes) -> tuple[bytes, dict]:
+        """The program run from its start with ``text`` as its UART input: on deltachip's
+        fast engine where it is installed (the same weights, bit-identical), else on this
+        model's own chip modules, a token at a time."""
+        import time
+        cfg = self.config.chip_bridge
+        if self._runner is None:
+            try:
+                self._runner = FastChip(self.config._name_or_path)
+            except Exception as e:          # not installed, or refused: say why, once
+                import sys
+                print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
+                      file=sys.stderr)
+                self._runner = False
+        t0 = time.perf_counter()
+        r = run_call(self._runner.advance if self._runner else self._advance_here, cfg, text)
+        r["seconds"] = round(time.perf_counter() - t0, 3)
+        r["engine"] = "fast" if self._runner else "transformers"
+        out = r.pop("output")
+        if r["fault"]:
+            out += b"\nerror: the computer stopped on a fault\n"
+        elif not r["ended"]:
+            out += f"\nerror: no answer within {cfg['max_tokens']:,} steps\n".encode()
+        return out, r
+
+    def _advance_here(self, first: int | None, n: int, stop: set[int]) -> list[int]:
+        """Chip ids from this model's chip modules, fed from ``first`` (None: a new run),
+        at most ``n``, ending at one in ``stop`` (not fed)."""
+        if first is None:
+            self._call_cache = self.chip.new_cache(1)
+            return []
+        device = self.chip.model.norm.weight.device
+        out, tok = [], first
+        with torch.no_grad():
+            for _ in range(n):
+                tok = int(self.chip(torch.tensor([[tok]], device=device),
+                                    self._call_cache)[0, -1].argmax())
+                out.append(tok)
+                if tok in stop:
+                    break
+        return out
+
+
+def run_call(advance, cfg: dict, text: bytes) -> dict:
+    """A run of the core from its start token with ``text`` as its UART input: ``advance
+    (first, n, stop)`` gives the chip's next ids (``first`` None: start a new run). A Want
+    is answered with In(next byte, 0 after the text); an Out's byte is printed; End ends
+    the run, a Fault marks it. Counts the tokens and the instructions retired (executing
+    tokens not followed by a Fault). Gives output, tokens, instructions, fault, ended."""
+    want, in0 = cfg["want"], cfg["in"]
+    out0, outn = cfg["out"]
+    end0, endn = cfg["end"]
+    f0, fn = cfg["fault"]
+    ex = cfg["executes"]
+    go = 1 << cfg["out_go_bit"]
+
+    def executes(i: int) -> bool:
+        return any(a <= i < a + n for a, n in ex) or (out0 <= i < out0 + outn
+                                                      and (i - out0) & go != 0)
+    stop = {want} | set(range(end0, end0 + endn))
+    advance(None, 0, stop)
+    tok, pos, out = cfg["start"], 0, bytearray()
+    tokens, instructions, fault, ended, prev_exec = 1, 0, False, False, executes(cfg["start"])
+    while tokens < cfg["max_tokens"] and not ended:
+        ids = advance(tok, min(4096, cfg["max_tokens"] - tokens), stop)
+        if not ids:
+            break
+        for i in ids:
+            if i == want:
+                i = in0 + (text[pos] if pos < len(text) else 0)
+                pos = min(pos + 1, len(text))
+            tokens += 1
+            is_fault = f0 <= i < f0 + fn
+            instructions += prev_exec and not is_fault
+            prev_exec = executes(i)
+            fault |= is_fault
+            if out0 <= i < out0 + outn:
+                out.append(((i - out0) >> cfg["out_b_shift"]) & 0xFF)
+            tok = i
+            if end0 <= i < end0 + endn:
+                ended = True
+                break
+    return {"output": bytes(out), "tokens": tokens, "instructions": instructions,
+            "fault": fault, "ended": ended}
+
+
+class FastChip:
+    """The merged checkpoint's chip part on deltachip's fast engine (where deltachip is
+    installed), with the merged program's memory images (``deltachip/roms``)."""
+
+    def __init__(self, path: str):
+        import json
+        from pathlib import Path
+        import numpy as np
+        from backends.fast.engine import FastEngine
+        d = Path(path)
+        manifest = json.loads((d / "deltachip.json").read_text())
+        roms = {mem: [int(w, 16) for w in (d / rel).read_text().split()]
+                for mem, rel in (manifest["chip"].get("roms") or {}).items()}
+        self.eng = FastEngine(d, roms=roms, threads=1)
+        self._np = np
+        self.cache = None
+        self._stop: tuple | None = None
+
+    def advance(self, first: int | None, n: int, stop: set[int]) -> list[int]:
+        if first is None:
+            self.cache = self.eng.new_cache(1)
+            return []
+        key = tuple(sorted(stop))
+        if self._stop is None or self._stop[0] != key:
+            bits = self._np.zeros(self.eng.model.vocab, dtype=bool)
+            bits[list(stop)] = True
+            self._stop = (key, self._np.packbits(bits, bitorder="little"))
+        return self.eng.run(self.cache, 0, first, n, self._stop[1]).tolist()
 
 
 __all__ = ["DeltachipRoutedConfig", "DeltachipRoutedForCausalLM", "RoutedCache"]

@@ -278,6 +278,9 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         chip_shards[-1] += packed.tensors
     if layers is not None:
         chip_shards[-1] += layers.tensors
+    bridge = _bridge(base, chip) if firmware is not None else None
+    if bridge is not None and not isinstance(bridge, str):
+        chip_shards[-1] += bridge.tensors
     n = len(base.files) + len(chip_shards)
     names_out = [shard_name(i, n) for i in range(n)]
     meta = {"format": "pt"}
@@ -307,6 +310,8 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             cfg["chip_tables"], cfg["chip_tables_shape"] = "structured", packed.shape
         if layers is not None and layers.config:
             cfg["chip_sparse"] = layers.config
+        if bridge is not None and not isinstance(bridge, str):
+            cfg["chip_bridge"] = bridge.config
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
         for fname, data in texts.items():
@@ -325,10 +330,24 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
                 "dense_bytes": layers.dense_nbytes}
         if firmware is not None:
             manifest["firmware"] = firmware.manifest()
+            manifest["bridge"] = ({"tool_calls": False, "why": bridge}
+                                  if isinstance(bridge, str) else {"tool_calls": True})
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
                        sum(sizes[len(base.files):]), time.perf_counter() - t0, names_out,
                        len(names), offset)
+
+
+def _bridge(base: Base, chip: _Chip) -> Any:
+    """The tool-call bridge (:mod:`backends.merge.bridge`) of a merge with the core, or why
+    there is none."""
+    from backends.merge.bridge import build
+    p = base.extra.get("tokenizer.json")
+    if p is None:
+        return "the base has no tokenizer.json"
+    tok = read_json(p, "a tokenizer.json")
+    return build(tok, base.vocab_size, chip.chip) if isinstance(tok, dict) else \
+        "the base's tokenizer.json is not a JSON object"
 
 
 def _tables_entry(chip: _Chip, packed: Any) -> dict[str, Any]:

@@ -44,7 +44,8 @@ from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
 from common.errors import UserError
 from common.outputs import os_reason, temp_name_prefix
 from cpu.rv32.loader import CoreImage, load_program
-from cpu.rv32.protocol import FAULT, FIX, HALF, JUMP, TraceReader, executes
+from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, WANT, InputFeed, TraceReader,
+                               executes)
 from hdl.ir import Token
 from hdl.sim.tokens import format_token
 
@@ -67,6 +68,8 @@ class CoreEngine:
                                          "(docs/cpu.md): a bug in cpu/rv32")
         self.cur: Token = image.start
         self.reader.feed(self.cur)
+        #: the input stream, answered where the core asks for a byte (Want -> In)
+        self.input = InputFeed(self.machine.rx)
 
     @property
     def pc(self) -> int:
@@ -78,7 +81,7 @@ class CoreEngine:
         raise NotImplementedError
 
     def _advance(self, trace: list[Retire] | None) -> None:
-        nxt = self._step(self.cur)
+        nxt = self.input.answer(self._step(self.cur))
         self.reader.feed(nxt)
         self.cur = nxt
 
@@ -146,6 +149,15 @@ class SimCore(CoreEngine):
             trace[-1] = rec
             if self._pending is not None:
                 self._pending = rec
+        if tok.kind == IN and trace:
+            # a byte load from the UART's input gets its byte at the In after it
+            rec, b = trace[-1], tok.fields[0]
+            signed = (rec.insn >> 12) & 7 == 0 and b & 0x80           # lb of a byte >= 0x80
+            rec = rec._replace(mem_data=b, rd_value=((b - 256 if signed else b) & 0xFFFF_FFFF)
+                               if rec.rd else None)
+            trace[-1] = rec
+            if self._pending is not None:
+                self._pending = rec
         if executes(tok):
             if self._pending is not None:
                 self.wb_mismatches.append(f"token {self.reader.tokens}: no write for {self._pending}")
@@ -154,8 +166,9 @@ class SimCore(CoreEngine):
             if rec is not None:
                 trace.append(rec)
                 self._pending = rec if rec.rd is not None else None
-        self.reader.feed(res.next)
-        self.cur = res.next
+        nxt = self.input.answer(res.next)
+        self.reader.feed(nxt)
+        self.cur = nxt
 
     def registers(self) -> list[int]:
         """The register file now (the core keeps bits 31..13 and 12..0 in two memories;
@@ -412,7 +425,8 @@ class FastCore(HFCore):
     def run(self, max_steps: int, trace: bool = False) -> RunResult:
         r = self.reader
         out0, n0 = len(r.output), r.instructions
-        self.cur = fast_advance(self.hf, self.cache, 0, r, self.cur, max_steps, self.CHUNK)
+        self.cur = fast_advance(self.hf, self.cache, 0, r, self.cur, max_steps, self.CHUNK,
+                                self.input)
         return RunResult(r.exit_code, bytes(r.output[out0:]), r.instructions - n0, r.fault,
                          [] if trace else None, timed_out=not r.done)
 
@@ -428,20 +442,25 @@ class MergedFastCore(FastCore):
 
 
 def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token,
-                 max_steps: int, chunk: int = FastCore.CHUNK) -> Token:
+                 max_steps: int, chunk: int = FastCore.CHUNK,
+                 feed: InputFeed | None = None) -> Token:
     """Run stream ``row`` of a fast engine's ``cache`` on from token ``cur`` until it exits,
     faults or retires ``max_steps`` more instructions, feeding ``reader`` every token; the
     kernel makes the tokens ``chunk`` at a time (never more than instructions left in the
-    budget, so a run stops where a token-by-token loop would). Returns the last token."""
+    budget, so a run stops where a token-by-token loop would) and stops at a Want, which
+    ``feed`` answers (In(next input byte)) before the kernel goes on. Returns the last
+    token."""
     n0 = reader.instructions
-    stop = eng.stop_bitmap([k for k, kind in enumerate(eng.circuit.kinds) if kind.halt])
+    feed = feed or InputFeed()
+    stop = eng.stop_bitmap([k for k, kind in enumerate(eng.circuit.kinds)
+                            if kind.halt or k == WANT])
     while not reader.done:
         left = max_steps - (reader.instructions - n0)
         if left <= 0 and executes(cur):
             break
         ids = eng.run(cache, row, eng.token_id(cur), max(1, min(chunk, left)), stop)
         for tid in ids.tolist():
-            cur = eng.token_of(tid)
+            cur = feed.answer(eng.token_of(tid))
             reader.feed(cur)
             if reader.done:
                 break
@@ -478,6 +497,7 @@ class CoreBatch:
         self.threads = max(1, threads or os.cpu_count() or 1)
         self.cache = self.eng.new_cache(len(images), roms=[im.images for im in images])
         self.readers = [TraceReader(word_at=im.machine.read_word) for im in images]
+        self.feeds = [InputFeed(im.machine.rx) for im in images]
         self.cur = [im.start for im in images]
         for r, tok in zip(self.readers, self.cur):
             r.feed(tok)
@@ -499,7 +519,7 @@ class CoreBatch:
         if self.name == "fast":
             def one(b: int) -> None:
                 self.cur[b] = fast_advance(self.eng, self.cache, b, self.readers[b], self.cur[b],
-                                           max_steps)
+                                           max_steps, feed=self.feeds[b])
             with ThreadPoolExecutor(min(self.threads, len(self.readers))) as pool:
                 list(pool.map(one, range(len(self.readers))))
         else:
@@ -521,7 +541,7 @@ class CoreBatch:
             ids = eng.decode_step([eng.token_id(t) for t in self.cur], self.cache).tolist()
             for b, tid in enumerate(ids):
                 if going[b]:
-                    self.cur[b] = eng.token_of(int(tid))
+                    self.cur[b] = self.feeds[b].answer(eng.token_of(int(tid)))
                     rs[b].feed(self.cur[b])
 
 

@@ -7,7 +7,9 @@ protocol's own (the current 8-word block: the last Jump's, or the one after it o
 ran; and the Step's lo), the values come from the tokens.
 
 Kinds (core.hdl): Jump(pc), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
-Fault(cause), End(v), DivStep(i, v), Fix(v), Next(keep, v).
+Fault(cause), End(v), DivStep(i, v), Fix(v), Next(keep, v), Want, In(b).
+The core emits Want after a byte load from the UART's input; whoever runs it feeds In(next
+input byte) in its place (:class:`InputFeed`), so the stream the reader sees has In there.
 An executing token (Jump, Step, Next, Out with go = 1) is one instruction; it retires (and is
 counted when the next token arrives) unless the next token is a Fault. Fault(cause) →
 Half(hi) → End(lo) gives the fault's value; Half(hi) → End(lo) after an instruction is the
@@ -29,7 +31,7 @@ from cpu import memmap
 from cpu.emulator import Fault, FaultCause, fault_of
 from hdl.ir import Token
 
-JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT = range(10)
+JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT, WANT, IN = range(12)
 
 #: the quotient digits of a division (radix 8, 32 bits: cpu/rv32/mdu.hdl), one DivStep each
 DIV_DIGITS = 11
@@ -59,6 +61,30 @@ def executes(tok: Token) -> bool:
     """True for a token that executes an instruction (Jump, Step, Next, Out with go = 1)."""
     return tok.kind in (JUMP, STEP, NEXT) or (tok.kind == OUT and tok.fields[1] != 0)
 CAUSES = list(FaultCause)
+
+
+@dataclass
+class InputFeed:
+    """The run's input stream as the core reads it: every engine passes each token the
+    core emits through :meth:`answer`, which puts ``In(next byte)`` (``In(0)`` once the
+    bytes are used up) in the place of a ``Want``: the core asked for a byte, and the byte
+    is the next position's token. The stream is what a byte load from ``UART_RX`` reads
+    in the golden emulator (:meth:`cpu.emulator.Machine.read_rx`)."""
+    data: bytes = b""
+    pos: int = 0
+
+    def answer(self, tok: Token) -> Token:
+        if tok.kind != WANT:
+            return tok
+        b = self.data[self.pos] if self.pos < len(self.data) else 0
+        self.pos = min(self.pos + 1, len(self.data))
+        return Token(IN, (b,))
+
+    def answer_id(self, tid: int, want_id: int, in_offset: int) -> int:
+        """:meth:`answer` on token ids: ``want_id`` is Want's id, ``in_offset`` In(0)'s."""
+        if tid != want_id:
+            return tid
+        return in_offset + self.answer(Token(WANT, ())).fields[0]
 
 
 def _s32(v: int) -> int:

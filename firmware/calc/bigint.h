@@ -18,6 +18,7 @@
 #define CALC_SYNTAX 1    /* the input is not an expression */
 #define CALC_MATH 2      /* division by zero, non-integer exponent or gcd argument */
 #define CALC_TOO_BIG 3   /* a number over BIG_MAX_DIGITS digits, or too deep nesting */
+#define CALC_CALL 4      /* a tool call from the UART that is not one calc answers */
 
 typedef struct {
     uint16_t len;                 /* limbs in use; 0 for zero; limb[len-1] != 0 */

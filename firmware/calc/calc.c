@@ -393,8 +393,160 @@ static int is_blank(const char *s, const char *end) {
     return 1;
 }
 
+/* ---- a tool call from the UART's input ----------------------------------------------
+ *
+ * With an empty input buffer, calc reads its text from the UART's input (the bridge of a
+ * merged model feeds a tool call's text there: docs/firmware.md). A text that starts with
+ * '{' is a tool call, {"name": "calc", "arguments": {"expression": "..."}} (other keys
+ * ignored, in any order); its expression is evaluated as a line would be. Anything else
+ * is evaluated as it is. A call that is not such JSON, names another tool or is longer
+ * than the buffer prints "error: ..." and exits with CALC_CALL. */
+static char call_text[1024];
+static char expression[1024];
+static const char *jp;          /* the JSON scanner's position */
+
+__attribute__((noreturn)) static void call_error(const char *what) {
+    print("error: ");
+    puts(what);
+    exit(CALC_CALL);
+}
+
+static void json_ws(void) {
+    while (*jp == ' ' || *jp == '\t' || *jp == '\n' || *jp == '\r') jp++;
+}
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A JSON string at jp (decoded into out, at most cap - 1 bytes; out may be NULL). */
+static void json_string(char *out, int cap) {
+    int n = 0;
+    if (*jp != '"') call_error("the call is not JSON: a string was expected");
+    jp++;
+    while (*jp != '"') {
+        int c = (unsigned char)*jp++;
+        if (c == 0 || c < 0x20) call_error("the call is not JSON: an unterminated string");
+        if (c == '\\') {
+            int e = *jp++;
+            if (e == 'n') c = '\n'; else if (e == 't') c = '\t'; else if (e == 'r') c = '\r';
+            else if (e == 'b') c = '\b'; else if (e == 'f') c = '\f';
+            else if (e == '"' || e == '\\' || e == '/') c = e;
+            else if (e == 'u') {
+                c = 0;
+                for (int i = 0; i < 4; i++) {
+                    int h = hex_digit(*jp++);
+                    if (h < 0) call_error("the call is not JSON: a bad \\u escape");
+                    c = c * 16 + h;
+                }
+                if (c == 0 || c > 0x7f) call_error("the expression holds a character calc does not read");
+            } else call_error("the call is not JSON: a bad escape");
+        }
+        if (out) {
+            if (n >= cap - 1)
+                call_error(out == expression ? "the expression is longer than 1023 bytes"
+                                             : "a key or tool name in the call is too long");
+            out[n] = (char)c;
+        }
+        n++;
+    }
+    jp++;
+    if (out) out[n] = 0;
+}
+
+static void json_value(int depth);
+
+/* An object at jp; with want_key, the string value of that key goes to out (found = 1). */
+static int json_object(const char *want_key, char *out, int cap, const char *obj_key,
+                       int depth) {
+    char key[32];
+    int found = 0;
+    if (depth > 16) call_error("the call is nested too deeply");
+    if (*jp != '{') call_error("the call is not JSON: an object was expected");
+    jp++;
+    json_ws();
+    if (*jp == '}') { jp++; return 0; }
+    for (;;) {
+        json_string(key, sizeof key);
+        json_ws();
+        if (*jp++ != ':') call_error("the call is not JSON: ':' was expected");
+        json_ws();
+        if (want_key && !strcmp(key, want_key) && *jp == '"') {
+            json_string(out, cap);
+            found |= 1;
+        } else if (obj_key && !strcmp(key, obj_key) && *jp == '{') {
+            if (json_object("expression", expression, sizeof expression, 0, depth + 1))
+                found |= 2;
+        } else {
+            json_value(depth + 1);
+        }
+        json_ws();
+        if (*jp == ',') { jp++; json_ws(); continue; }
+        if (*jp == '}') { jp++; return found; }
+        call_error("the call is not JSON: ',' or '}' was expected");
+    }
+}
+
+static void json_value(int depth) {
+    if (depth > 16) call_error("the call is nested too deeply");
+    if (*jp == '"') { json_string(0, 0); return; }
+    if (*jp == '{') { json_object(0, 0, 0, 0, depth); return; }
+    if (*jp == '[') {
+        jp++; json_ws();
+        if (*jp == ']') { jp++; return; }
+        for (;;) {
+            json_value(depth + 1);
+            json_ws();
+            if (*jp == ',') { jp++; json_ws(); continue; }
+            if (*jp == ']') { jp++; return; }
+            call_error("the call is not JSON: ',' or ']' was expected");
+        }
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        int n = (int)strlen(words[i]);
+        if (!memcmp(jp, words[i], n)) { jp += n; return; }
+    }
+    const char *start = jp;
+    while ((*jp >= '0' && *jp <= '9') || *jp == '-' || *jp == '+' || *jp == '.' ||
+           *jp == 'e' || *jp == 'E')
+        jp++;
+    if (jp == start) call_error("the call is not JSON: a value was expected");
+}
+
+/* The text to evaluate, read from the UART's input (see above). */
+static const char *uart_text(void) {
+    int n = 0, c;
+    while ((c = read_input_byte()) != 0) {
+        if (n >= (int)sizeof call_text - 1) call_error("the call is longer than 1023 bytes");
+        call_text[n++] = (char)c;
+    }
+    call_text[n] = 0;
+    jp = call_text;
+    json_ws();
+    if (*jp != '{') return call_text;
+    char name[32];
+    name[0] = 0;
+    int found = json_object("name", name, sizeof name, "arguments", 0);
+    json_ws();
+    if (*jp) call_error("the call is not JSON: text after the object");
+    if (!(found & 1)) call_error("the call names no tool (\"name\": \"calc\")");
+    if (strcmp(name, "calc")) {
+        print("error: unknown tool \"");
+        print(name);
+        puts("\" (this computer has calc)");
+        exit(CALC_CALL);
+    }
+    if (!(found & 2)) call_error("the call has no \"arguments\": {\"expression\": \"...\"}");
+    return expression;
+}
+
 int main(void) {
     const char *s = input_text();
+    if (!*s) s = uart_text();
     int status = 0, lines = 0;
     while (*s) {
         const char *end = s;

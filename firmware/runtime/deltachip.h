@@ -23,6 +23,12 @@ extern char __input_size[];
 /* The input text (a pointer to __input_buffer). */
 const char *input_text(void);
 
+/* UART input: a byte load from here reads the next byte of the run's input stream (the
+ * --input text, or a tool call's text inside a merged model), 0 once it is used up. */
+#define DELTACHIP_UART_RX ((volatile unsigned char *)0x10000004u)
+/* The next input byte from the UART (0: the stream is used up). */
+static inline int read_input_byte(void) { return *DELTACHIP_UART_RX; }
+
 int putchar(int c);
 /* Prints s and a newline, like C's puts. Returns a non-negative number. */
 int puts(const char *s);

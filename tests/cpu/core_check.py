@@ -22,6 +22,7 @@ from cpu.emulator import Machine
 from cpu.rv32.build import FULL, CoreSizes
 from cpu.rv32.engines import SimCore
 from cpu.rv32.loader import image_of
+from cpu.rv32.protocol import InputFeed
 
 
 def compare(make: Callable[[], Machine], sizes: CoreSizes = FULL, max_steps: int = 2_000_000,
@@ -78,7 +79,8 @@ def check_in_prefill(eng, make: Callable[[], Machine], lanes_below: int = 10**9)
     tokens = sim.reader.tokens
     image = image_of(make(), FULL)
     rep = check_engine(eng, steps=tokens, prefill=True, starts=[image.start],
-                       roms=[image.images], lanes=tokens < lanes_below)
+                       roms=[image.images], lanes=tokens < lanes_below,
+                       answers=[InputFeed(make().rx).answer])
     assert rep.ok, "\n".join(rep.problems())
     assert rep.positions == tokens                   # to the halt token
     assert rep.memory_checks == -(-tokens // PREFILL_CHUNK)

@@ -13,6 +13,7 @@ fast = sim on the ISA suite and the short firmware.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +48,7 @@ def test_fast_equals_hf_on_the_full_core(checkpoint, firmware_elf):
     rep = compare_engines(fast, hf, steps=16, starts=[image.start], mem_every=4)
     assert rep.ok, "\n".join(rep.problems())
     assert rep.positions == 17 and rep.memory_checks >= 4
-    assert rep.lane_checks == 17 * 22 * 1536
+    assert rep.lane_checks == 17 * 22 * fast.model.H
 
 
 @pytest.mark.parametrize("name", ISA_TESTS)
@@ -60,6 +61,47 @@ def test_fast_runs_the_isa_suite(fast, name, tmp_path):
 def test_fast_runs_firmware(fast, name, firmware_elf):
     elf = firmware_elf(name)
     check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=3000)
+
+
+RX_ECHO = Path(__file__).resolve().parent / "programs" / "rx_echo.c"
+
+
+@pytest.mark.parametrize("text", [b"", b"banana", "h\u00e9llo".encode() + b"\x80a"])
+def test_fast_reads_the_uart_input(fast, text, tmp_path):
+    """Byte loads from the UART's input on the fast engine: teacher-forced against the
+    simulator, each Want the core emits answered with In(next byte) (and sim = ref)."""
+    elf = toolchain.build([RX_ECHO], tmp_path / "rx_echo.elf")
+    check_in_prefill(fast, lambda: Machine.from_elf(elf, text))
+
+
+def test_hf_reads_the_uart_input(checkpoint, tmp_path):
+    """The same in transformers (the rung below the fast engine)."""
+    elf = toolchain.build([RX_ECHO], tmp_path / "rx_echo.elf")
+    check_in_prefill(load_engine("hf", checkpoint), lambda: Machine.from_elf(elf, b"ab\xc3\xa9"))
+
+
+CALLS = ['{"name": "calc", "arguments": {"expression": "2**100"}}',
+         '{"name": "calc", "arguments": {"expression": "' + "+".join(["12345"] * 162) + '"}}',
+         '{"name": "python", "arguments": {"code": "1"}}', "(1/3 - 1) // 2"]
+
+
+@pytest.mark.parametrize("text", CALLS)
+def test_fast_calc_answers_a_call_from_the_uart(firmware_elf, text):
+    """calc with an empty input buffer reads a tool call from the UART's input, byte by
+    byte through Want/In, on the core: the outcome is ref's (the emulator reading the same
+    stream), for a call of 1,000 bytes too."""
+    from cpu.rv32.engines import FastCore
+    elf = firmware_elf("calc")
+    image = load_program(elf, None)
+    image.machine.rx = text.encode()
+    eng = FastCore(image, target="compact", dtype="bf16")
+    got = eng.run(10**7)
+    m = Machine.from_elf(elf)
+    m.rx = text.encode()
+    want = m.run(10**7)
+    assert (got.exit_code, got.output, got.instructions, got.fault) == \
+        (want.exit_code, want.output, want.instructions, want.fault)
+    assert eng.input.pos == min(len(text), 1023) and want.output
 
 
 def test_cli_fast_engine_runs_calc(firmware_elf, capfd, tmp_path):

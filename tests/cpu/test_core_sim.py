@@ -64,6 +64,21 @@ def test_calc(built, text):
     _check(lambda: Machine.from_elf(elf, text.encode()))
 
 
+#: inputs for tests/cpu/programs/rx_echo.c: empty, ASCII, bytes >= 0x80 (lb's sign)
+RX_INPUTS = [b"", b"banana", "h\u00e9llo w\u00f6rld".encode(), b"a\x80\xffz" * 3]
+RX_ECHO = Path(__file__).resolve().parent / "programs" / "rx_echo.c"
+
+
+@pytest.mark.parametrize("text", RX_INPUTS)
+def test_input_from_the_uart(tmp_path, text):
+    """Byte loads from the UART's input: the core asks (Want), the run answers with the
+    next byte (In), and the program sees what ref's emulator reads."""
+    elf = toolchain.build([RX_ECHO], tmp_path / "rx_echo.elf")
+    eng = _check(lambda: Machine.from_elf(elf, text))
+    assert eng.input.pos == len(text)               # every byte was read, then 0s
+    assert (b"A" in eng.reader.output) == (b"a" in text)
+
+
 @pytest.mark.parametrize("name", ["sum", "fibonacci", "hello"])
 def test_small_core_runs_programs(built, name):
     """The small core of the compiled-model tests (RAM a 2 KiB ring) agrees with ref too."""

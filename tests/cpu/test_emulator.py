@@ -188,7 +188,10 @@ FAULTS = [
      "address: address 0xfffffffc"),
     ([E("lui", rd=1, imm=0x10000), E("lw", rd=2, rs1=1)], FaultCause.LOAD_ACCESS,
      "machine fault at pc 0x00000004, instruction 0x0000a103 (lw sp, 0(ra)): load from unmapped "
-     "address: address 0x10000000 (the UART is write-only)"),
+     "address: address 0x10000000 (the UART's output is write-only)"),
+    ([E("lui", rd=1, imm=0x10000), E("lw", rd=2, rs1=1, imm=4)], FaultCause.LOAD_ACCESS,
+     "machine fault at pc 0x00000004, instruction 0x0040a103 (lw sp, 4(ra)): load from unmapped "
+     "address: address 0x10000004 (the UART's input takes byte loads (lb, lbu) only)"),
     ([E("lui", rd=1, imm=0x10000), E("sw", rs1=1, rs2=0)], FaultCause.STORE_ACCESS,
      "machine fault at pc 0x00000004, instruction 0x0000a023 (sw zero, 0(ra)): store to unmapped "
      "address: address 0x10000000 (the UART takes byte stores (sb) only)"),
@@ -451,3 +454,16 @@ def test_memory_bytes_and_loaded_words_are_little_endian():
     assert m.read(memmap.RAM_BASE + 2, 4) == bytes([0x33, 0x44, 0x55, 0x66])
     m.load_words([0xDEAD_BEEF, 0x0102_0304])
     assert m.read(memmap.CODE_BASE, 8) == bytes([0xEF, 0xBE, 0xAD, 0xDE, 4, 3, 2, 1])
+
+
+def test_uart_input_reads_the_stream_byte_by_byte():
+    """lbu and lb from UART_RX read the input stream in order (lb sign-extends), a load to
+    x0 consumes a byte, and once it is used up every read gives 0."""
+    m = Machine()
+    prog = [E("lui", rd=1, imm=0x10000), E("lbu", rd=2, rs1=1, imm=4),
+            E("lb", rd=3, rs1=1, imm=4), E("lb", rd=0, rs1=1, imm=4),
+            E("lbu", rd=4, rs1=1, imm=4), E("lbu", rd=5, rs1=1, imm=4)]
+    m.load_words(prog + [E("ecall")])
+    m.rx = b"A\xf0xy"
+    m.run(5)
+    assert m.regs[2:6] == [0x41, 0xFFFF_FFF0, 0x79, 0] and m.rx_pos == 4

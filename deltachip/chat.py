@@ -1,0 +1,87 @@
+"""Chatting with a merged model that answers its own tool calls (the Python API behind
+``deltachip chat``).
+
+Takes: a routed merged checkpoint written by ``deltachip merge --firmware calc`` (its
+``chip_bridge``: backends/merge/bridge.py). Gives: :class:`Chat`, whose :meth:`Chat.reply`
+streams the model's reply to a prompt through plain ``generate()`` (a ``TextStreamer``):
+when the model writes a ``<tool_call>``, the merged model itself runs the program in its
+chip on the call's text and gives the answer as text, inside ``<tool_response>``, and
+generation goes on. :attr:`Chat.calls` records every call: the call's tokens, the chip's
+tokens and instructions, its time and engine, and what the program printed.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+from backends.checkpoint import ChipDirError
+
+#: the tool the chat template is told about (the calc firmware's call)
+CALC_TOOL = {"type": "function", "function": {
+    "name": "calc",
+    "description": "Exact arithmetic on integers and fractions of any size, computed by a "
+                   "RISC-V computer inside the model: + - * / // % ** gcd(a, b) and "
+                   "parentheses, e.g. 2**100 or (1/3 + 1/6) * 7.",
+    "parameters": {"type": "object", "properties": {"expression": {
+        "type": "string", "description": "the expression, e.g. 2**100"}},
+        "required": ["expression"]}}}
+
+
+class Chat:
+    """A merged checkpoint loaded for chatting (see the module docstring)."""
+
+    def __init__(self, path: str | Path, dtype: str = "bf16"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+        from backends.merge.engine import read_manifest
+        d = Path(path)
+        manifest = read_manifest(d)
+        if not (manifest.get("bridge") or {}).get("tool_calls"):
+            why = (manifest.get("bridge") or {}).get("why", "it was merged without --firmware")
+            raise ChipDirError(f"{d}: this merged model answers no tool calls ({why}); merge "
+                               f"with `deltachip merge BASE_DIR OUT_DIR --firmware calc`")
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(d), trust_remote_code=True,
+                dtype=torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
+            self.tok = AutoTokenizer.from_pretrained(str(d), trust_remote_code=True)
+        self.calls: list[dict[str, Any]] = []
+
+    def prompt_ids(self, prompt: str) -> Any:
+        """The prompt as a user turn of the base's chat template, the calc tool offered."""
+        msgs = [{"role": "user", "content": prompt}]
+        try:
+            text = self.tok.apply_chat_template(msgs, tools=[CALC_TOOL], tokenize=False,
+                                                add_generation_prompt=True)
+        except Exception:                   # a template without tools, or none at all
+            text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        return self.tok(text, return_tensors="pt").input_ids
+
+    def reply(self, prompt: str, max_new_tokens: int = 512, out: TextIO = sys.stdout,
+              do_sample: bool = False, start: str = "", **generate: Any) -> str:
+        """Stream the reply to ``prompt`` on ``out`` (the reply begins with ``start``: the
+        model's turn is prefilled with it, e.g. a tool call); returns it whole."""
+        from transformers import TextStreamer
+
+        class _Out(TextStreamer):
+            def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+                out.write(text + ("\n" if stream_end else ""))
+                out.flush()
+        ids = self.prompt_ids(prompt)
+        if start:
+            import torch
+            out.write(start)
+            ids = torch.cat([ids, self.tok(start, return_tensors="pt").input_ids], dim=1)
+        cache = self.model.new_cache()
+        gen = self.model.generate(ids, max_new_tokens=max_new_tokens, cache=cache,
+                                  do_sample=do_sample, streamer=_Out(self.tok, skip_prompt=True),
+                                  pad_token_id=self.tok.pad_token_id or 0, **generate)
+        for st in cache.calls or []:
+            self.calls += st.log
+        return self.tok.decode(gen[0, ids.shape[1]:])

@@ -1,0 +1,231 @@
+"""Tool calls answered from inside a routed merged checkpoint (the bridge): plain
+``generate()`` on a tiny random base merged with the full core (compact target) and calc.
+
+The base's words are noise, so the tests feed the tool call's tokens (or put them at the end
+of the prompt) and check the answer's bytes exactly: calc's output for the call, inside
+``<tool_response>…</tool_response>``, against the golden emulator reading the same call from
+its UART input. The chip runs on the fast engine (deltachip is installed here). The merge
+takes about 45 s (the core's 4 GB of token tables are read and checked); each call 1-4 s.
+"""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from cpu.emulator import Machine
+from tests.merge.conftest import load
+
+PROMPT = "<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def calc_elf(tmp_path_factory):
+    from firmware import toolchain
+    d = tmp_path_factory.mktemp("calc")
+    return toolchain.build(toolchain.shipped_programs()["calc"], d / "calc.elf")
+
+
+@pytest.fixture(scope="module")
+def merged_calc(bases, calc_elf, tmp_path_factory):
+    from backends.merge.routed import merge_routed
+    from cpu.rv32.merged import core_for, load_firmware
+    fw = load_firmware(str(calc_elf))
+    core = core_for(fw, "compact", "bf16")
+    out = tmp_path_factory.mktemp("merged-calc") / "out"
+    merge_routed(bases["tied"], out, core, firmware=fw)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(merged_calc):
+    return load(merged_calc, torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def tok(merged_calc):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(merged_calc), trust_remote_code=True)
+
+
+def call_text(expression: str) -> str:
+    return json.dumps({"name": "calc", "arguments": {"expression": expression}})
+
+
+def ref_answer(calc_elf, text: str) -> str:
+    """What calc prints for a call, on the golden emulator (the call on its UART input)."""
+    m = Machine.from_elf(calc_elf)
+    m.rx = text.encode()
+    r = m.run(50_000_000)
+    out = r.output.decode()
+    return out[:-1] if out.endswith("\n") else out
+
+
+def answer_of(tok, ids: list[int]) -> str:
+    text = tok.decode(ids)
+    assert text.startswith("\n<tool_response>\n"), text
+    return text[len("\n<tool_response>\n"):text.index("\n</tool_response>\n")]
+
+
+def generate_call(model, tok, call: str, **kw):
+    ids = tok(PROMPT + "<tool_call>\n" + call + "\n</tool_call>", return_tensors="pt").input_ids
+    cache = model.new_cache()
+    out = model.generate(ids, max_new_tokens=kw.pop("max_new_tokens", 120), cache=cache,
+                         pad_token_id=0, **kw)
+    return out[0, ids.shape[1]:].tolist(), cache
+
+
+def test_generate_answers_a_call(model, tok, calc_elf):
+    """Greedy generate(): the call, the chip's run and its answer inside generation."""
+    new, cache = generate_call(model, tok, call_text("2**100"), do_sample=False)
+    assert answer_of(tok, new) == "1267650600228229401496703205376"
+    rec = cache.calls[0].log[0]
+    assert rec["engine"] == "fast" and rec["ended"] and not rec["fault"]
+    assert rec["instructions"] > 3000 and rec["tokens"] > rec["instructions"]
+    # the base's cache holds the text positions only: no trace position reached it
+    assert cache.base.get_seq_length() == len(cache.kinds) and not any(cache.kinds)
+
+
+def test_sampled_generation_keeps_the_answer_exact(model, tok, calc_elf):
+    torch.manual_seed(0)
+    new, _ = generate_call(model, tok, call_text("(1/3 - 1) // 2 + 2**-3"), do_sample=True,
+                           temperature=1.5, top_k=50)
+    assert answer_of(tok, new) == ref_answer(calc_elf, "\n" + call_text(
+        "(1/3 - 1) // 2 + 2**-3") + "\n")
+
+
+def test_streaming_shows_the_answer(model, tok):
+    from transformers import TextIteratorStreamer
+    from threading import Thread
+    ids = tok(PROMPT + "<tool_call>\n" + call_text("6*7") + "\n</tool_call>",
+              return_tensors="pt").input_ids
+    streamer = TextIteratorStreamer(tok, skip_prompt=True)
+    th = Thread(target=model.generate, kwargs=dict(input_ids=ids, max_new_tokens=30,
+                                                   do_sample=False, streamer=streamer,
+                                                   pad_token_id=0))
+    th.start()
+    text = "".join(streamer)
+    th.join()
+    assert text.startswith("\n<tool_response>\n42\n</tool_response>\n")
+
+
+def check_random_calls(model, calc_elf, count: int) -> None:
+    """``count`` calls (random expressions: fractions, 80+ digit results, errors; and four
+    fixed big ones), each through the merged model's bridge as the call's text bytes,
+    against calc on the golden emulator reading the same bytes."""
+    from tests.firmware.calc_oracle import generate as expressions
+    exprs = [e for _, e in expressions(20261203, count - 4)]
+    exprs += ["2**300 + 1", "(2**100 - 1) / 3**20", "1/0", "gcd(2**64, 6**30)"]
+    random.Random(count).shuffle(exprs)
+    long_result = 0
+    for e in exprs:
+        text = "\n" + call_text(e) + "\n"
+        got, rec = model._run_call(text.encode())
+        want = ref_answer(calc_elf, text)
+        assert got.decode().rstrip("\n") == want and rec["ended"], e
+        long_result += len(want) >= 80
+    assert long_result >= 2
+
+
+def test_calc_through_the_model_equals_ref(model, calc_elf):
+    """20 calls (about 6 s each on this 2-core machine; the slow test runs 100)."""
+    check_random_calls(model, calc_elf, 20)
+
+
+@pytest.mark.slow
+def test_calc_through_the_model_equals_ref_on_100_random_expressions(model, calc_elf):
+    check_random_calls(model, calc_elf, 100)
+
+
+@pytest.mark.parametrize("call,want", [
+    ('{"name": "python", "arguments": {"code": "1"}}',
+     'error: unknown tool "python" (this computer has calc)'),
+    ('{"name": "calc", "arguments": ', "error: the call is not JSON: a value was expected"),
+    ('{"name": "calc", "arguments": {"expression": "1+"}}',
+     "error: syntax error at column 3: expected a number, '(' or gcd, found end of line"),
+])
+def test_malformed_calls_get_an_error_answer(model, tok, call, want):
+    new, _ = generate_call(model, tok, call, do_sample=False)
+    assert answer_of(tok, new) == want
+
+
+def test_a_call_of_over_256_tokens(model, tok):
+    expr = "+".join(["7"] * 200)
+    call = call_text(expr)
+    assert len(tok(call).input_ids) >= 256
+    new, cache = generate_call(model, tok, call, do_sample=False)
+    assert answer_of(tok, new) == str(7 * 200)
+    assert cache.calls[0].log[0]["call_tokens"] >= 256
+
+
+def test_a_runaway_call_is_stopped_by_the_step_budget(model, tok):
+    saved = model.config.chip_bridge["max_tokens"]
+    model.config.chip_bridge["max_tokens"] = 1000
+    try:
+        new, cache = generate_call(model, tok, call_text("2**100"), do_sample=False)
+    finally:
+        model.config.chip_bridge["max_tokens"] = saved
+    assert answer_of(tok, new).endswith("error: no answer within 1,000 steps")
+    assert not cache.calls[0].log[0]["ended"]
+
+
+def test_text_without_calls_is_the_bases(bases, model, tok):
+    base = load(bases["tied"], torch.bfloat16, remote=False)
+    ids = tok(PROMPT + "the quick brown fox <tool_response> x", return_tensors="pt").input_ids
+    with torch.no_grad():
+        lm, lb = model(input_ids=ids).logits, base(input_ids=ids).logits
+    assert torch.equal(lm[..., :lb.shape[-1]], lb)
+
+
+def test_batch_of_four_with_calls_at_different_positions(model, tok):
+    """Four rows decoded together, each fed its own script of tokens; rows 0-2 close a call
+    at different steps (row 3 has none). A row's answer is given token by token while the
+    others go on with their scripts, and equals the answer that row gets alone."""
+    calls = [call_text("2**70"), call_text("1/0"), call_text("10//3"), None]
+    scripts = []
+    for k, c in enumerate(calls):
+        lead = tok(" x" * (3 * k)).input_ids
+        body = tok("<tool_call>\n" + c + "\n</tool_call>").input_ids if c else []
+        scripts.append(lead + body)
+    start = tok(PROMPT, return_tensors="pt").input_ids.repeat(4, 1)
+    cache = model.new_cache()
+    with torch.no_grad():
+        logits = model(input_ids=start, cache=cache).logits
+        got: list[list[int]] = [[] for _ in range(4)]
+        pos = [0] * 4
+        for _ in range(max(len(s) for s in scripts) + 40):
+            step = []
+            for b in range(4):
+                forced = cache.calls[b].pending if cache.calls else []
+                if forced:
+                    nxt = int(logits[b, -1].argmax())
+                    assert nxt == forced[0]
+                    got[b].append(nxt)
+                elif pos[b] < len(scripts[b]):
+                    nxt = scripts[b][pos[b]]
+                    pos[b] += 1
+                else:
+                    nxt = tok(" x").input_ids[0]
+                step.append(nxt)
+            logits = model(input_ids=torch.tensor(step)[:, None], cache=cache).logits
+    assert answer_of(tok, got[0]) == str(2 ** 70)
+    assert answer_of(tok, got[1]) == "error: division by zero"
+    assert answer_of(tok, got[2]) == "3"
+    assert got[3] == [] and cache.calls[3].log == []
+
+
+def test_deltachip_chat_end_to_end(merged_calc, capfd):
+    """`deltachip chat`: the reply streamed on stdout with the computer's answer in it
+    (the tiny model's words are noise, so the reply begins with the call), the trace line
+    of the call on stderr; a merge without the bridge is refused."""
+    from deltachip.cli import main
+    call = "<tool_call>\n" + call_text("2**100") + "\n</tool_call>"
+    assert main(["chat", str(merged_calc), "--prompt", "What is 2**100?", "--max-new-tokens",
+                 "45", "--assistant-start", call, "--show-trace"]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith(call + "\n<tool_response>\n1267650600228229401496703205376\n"
+                                 "</tool_response>\n")
+    assert "[tool call 1: " in err and "instructions" in err and "on fast" in err
+    assert main(["chat", str(merged_calc.parent), "--prompt", "x"]) == 2
