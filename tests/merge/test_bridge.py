@@ -229,3 +229,28 @@ def test_deltachip_chat_end_to_end(merged_calc, capfd):
                                  "</tool_response>\n")
     assert "[tool call 1: " in err and "instructions" in err and "on fast" in err
     assert main(["chat", str(merged_calc.parent), "--prompt", "x"]) == 2
+
+
+def test_the_fallback_on_the_chip_modules_is_the_fast_engine(bases, tmp_path):
+    """Where deltachip's fast engine is not there, a call runs on the merged model's own
+    chip modules, a token at a time: the same tokens, instructions and output as the fast
+    engine's run of the same call (the TINY core with a program that echoes its UART input,
+    about 1 s a token in transformers)."""
+    from pathlib import Path
+    from backends.merge.routed import merge_routed
+    from cpu.rv32.build import TINY
+    from cpu.rv32.merged import core_for, load_firmware
+    from firmware import toolchain
+    src = Path(__file__).resolve().parents[1] / "cpu" / "programs" / "rx_echo.c"
+    elf = toolchain.build([src], tmp_path / "rx_echo.elf")
+    fw = load_firmware(str(elf), TINY)
+    out = tmp_path / "out"
+    merge_routed(bases["tied"], out, core_for(fw, "compact", "bf16"), firmware=fw)
+    model = load(out, torch.bfloat16)
+    fast_out, fast = model._run_call(b"ab")
+    model._runner = False                       # as without deltachip
+    here_out, here = model._run_call(b"ab")
+    assert fast["engine"] == "fast" and here["engine"] == "transformers"
+    assert fast_out == here_out == b"Ab"
+    assert (fast["tokens"], fast["instructions"], fast["ended"]) == \
+        (here["tokens"], here["instructions"], here["ended"]) and here["ended"]
