@@ -436,6 +436,57 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
             self._bridge(input_ids, logits, cache)
         return CausalLMOutputWithPast(logits=logits, cache=cache if keep else None)
 
+    def _mixed(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               cache: RoutedCache) -> torch.Tensor:
+        """Runs of text positions through the base, runs of chip positions through the chip,
+        in order; every row must be text or chip together at each position."""
+        off = self.config.chip_token_offset
+        is_chip = ids >= off
+        if bool((is_chip != is_chip[:1]).any()):
+            raise ValueError("rows of a batch must be text or chip positions together: run "
+                             "rows that differ one at a time")
+        if attention_mask is not None and attention_mask.ndim != 2:
+            raise ValueError("after chip positions the attention mask must be 2-D [batch, "
+                             "positions]")
+        kinds = is_chip[0].tolist()
+        B, T = ids.shape
+        logits = None
+        s = 0
+        while s < T:
+            e = s
+            while e < T and kinds[e] == kinds[s]:
+                e += 1
+            if kinds[s]:
+                if cache.chip is None:
+                    cache.chip = self.chip.new_cache(B)
+                part = self.chip(ids[:, s:e] - off, cache.chip)
+                lo, hi = off, off + self.config.chip_vocab_size
+            else:
+                part = self._base_run(ids[:, s:e], attention_mask, cache)
+                lo, hi = 0, off
+            if logits is None:
+                logits = part.new_full((B, T, off + self.config.chip_vocab_size),
+                                       float("-inf"))
+            logits[:, s:e, lo:hi] = part.to(logits.dtype)
+            cache.kinds.extend([kinds[s]] * (e - s))
+            s = e
+        return logits
+
+    def _base_run(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  cache: RoutedCache) -> torch.Tensor:
+        """One run of text positions through the base: its mask is the mask's text columns,
+        its positions count text positions only."""
+        n = ids.shape[1]
+        mask = position_ids = None
+        if attention_mask is not None:
+            past = len(cache.kinds)
+            cols = cache.text_positions + list(range(past, past + n))
+            mask = attention_mask[:, cols]
+            position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, -n:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                         cache=cache.base, use_cache=True)
+        return self._base_logits(out.last_hidden_state)
+
     # ---- the tool-call bridge ------------------------------------------------------------
     def _bridge(self, ids: torch.Tensor | None, logits: torch.Tensor,
                 cache: RoutedCache) -> None:
