@@ -80,12 +80,6 @@ class InputFeed:
         self.pos = min(self.pos + 1, len(self.data))
         return Token(IN, (b,))
 
-    def answer_id(self, tid: int, want_id: int, in_offset: int) -> int:
-        """:meth:`answer` on token ids: ``want_id`` is Want's id, ``in_offset`` In(0)'s."""
-        if tid != want_id:
-            return tid
-        return in_offset + self.answer(Token(WANT, ())).fields[0]
-
 
 def _s32(v: int) -> int:
     return v - (1 << 32) if v & 0x8000_0000 else v
