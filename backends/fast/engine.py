@@ -69,6 +69,7 @@ class FastEngine(ChipEngine):
         self._gdn = {li: ly.gdn for li, ly in enumerate(self.model.layers) if ly.kind == 0}
         self._taps: Sequence[torch.Tensor] | None = None
         self._taps_out: dict[int, torch.Tensor] | None = None
+        self._stops: dict[tuple[int, ...], np.ndarray] = {}
 
     # ---- state ---------------------------------------------------------------------------
     def new_cache(self, batch: int = 1,
@@ -78,7 +79,7 @@ class FastEngine(ChipEngine):
         states = []
         for rows in self.row_states(batch, roms):
             st = self.native.new_state()
-            rec = self.native.recurrent(st)
+            rec = self.native.recurrent(st, write=True)
             for layer, heads in rows.items():
                 for vh, s in heads.items():
                     rec[self._gdn[layer], vh] = s.numpy()
@@ -86,7 +87,7 @@ class FastEngine(ChipEngine):
         return FastCache(self.native, states)
 
     def recurrent_state(self, cache: FastCache, layer: int, row: int) -> torch.Tensor:
-        return torch.from_numpy(self.native.recurrent(cache.states[row])[self._gdn[layer]])
+        return torch.from_numpy(self.native.recurrent(cache.states[row])[self._gdn[layer]].copy())
 
     # ---- running -------------------------------------------------------------------------
     def _each(self, fn: Callable[[int], Any], n: int) -> list[Any]:
@@ -145,7 +146,14 @@ class FastEngine(ChipEngine):
         return self.native.run(cache.states[row], first, n, stop)
 
     def stop_bitmap(self, kinds: Sequence[int]) -> np.ndarray:
-        """A packed bitmap over the vocabulary with the ids of token kinds ``kinds`` set."""
+        """A packed bitmap over the vocabulary with the ids of token kinds ``kinds`` set (made
+        once per set of kinds)."""
+        key = tuple(sorted(set(kinds)))
+        if key not in self._stops:
+            self._stops[key] = self._stop_bitmap(key)
+        return self._stops[key]
+
+    def _stop_bitmap(self, kinds: Sequence[int]) -> np.ndarray:
         bits = np.zeros(self.model.vocab, dtype=bool)
         offs = self.circuit.kind_offsets()
         for k in kinds:

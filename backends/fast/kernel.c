@@ -16,6 +16,11 @@
 
 #define DC_MAX_KINDS 4096
 #define DC_MAX_KC 64
+#define DC_MAX_GIN 16      /* the most inputs of a memo group (model.MAX_GROUP_INPUTS) */
+#define DC_MEMO_SLOTS (1 << 15)
+#define DC_MEMO_RECORDS (1 << 14)   /* a stream's memo is emptied when it holds this many */
+#define DC_MEMO_WORDS (1 << 20)     /* ... or this many words */
+#define DC_MAX_OUT (1 << 17)   /* the most outputs of one projection (checked at load) */
 
 typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
 /* (the same triple as CSR: ptr over rows, idx the columns) */
@@ -32,6 +37,7 @@ typedef struct {
     dc_csc upr;                 /* up_proj as CSR rows past the ballast (an active neuron's) */
     dc_csc down;                /* I -> H */
     const float *gw;            /* [DV] gated-norm weight */
+    const uint8_t *wcol;        /* [NV][DV]: 1 where a write can make a head's column nonzero */
     /* the constant ballast dims' part (backends/fast/model.py, _defaults): each sum of a
      * touched output starts from its bias; an untouched output is its default */
     const float *ipb, *ipd;     /* [P]: conv channels [0,C), z [C,C+V), b [C+V,C+V+NV) */
@@ -39,6 +45,11 @@ typedef struct {
     const int32_t *cda; int ncda;     /* conv channels whose default is live */
     const uint8_t *cdl;               /* [C]: 1 on those channels */
     const int32_t *dg; int ndg;       /* neurons whose default gate is live */
+    /* memo groups of in_proj_qkv: sets of input dims past the ballast that alone reach a set
+     * of conv channels (a connected part of the weight), small enough to remember what the
+     * conv takes from them for each combination of their values seen */
+    const int32_t *g_of;              /* [H]: an input dim's group, -1 none */
+    const int32_t *g_ptr, *g_in;      /* group g's dims: g_in[g_ptr[g] .. g_ptr[g + 1]) */
 } dc_layer;
 
 typedef struct {
@@ -66,6 +77,11 @@ typedef struct {
     int err, err_layer;
     double err_val;
     float *S;                   /* [G][NV][DK][DV] */
+    int16_t *cl, *ncl;          /* [G][NV][DV], [G][NV]: the columns of a head's rows that
+                                 * can be nonzero (the ballast's, those a write can set, those
+                                 * nonzero in S when they were listed); every other column
+                                 * is 0 in every row and in every value written */
+    int cl_ok;                  /* the lists are up to date with S (0: list again) */
     int32_t *hnz, *hcnt;        /* [G][KC][C], [G][KC]: the channels touched at a slot */
     uint8_t *hmk;               /* [G][KC][C]: touched there (else the channel's default) */
     int32_t *duec, *duen;       /* [G][KC][C], [G][KC]: conv inputs due at a slot's position */
@@ -83,7 +99,21 @@ typedef struct {
     float *acc; int32_t *at; uint8_t *am;         /* [H] */
     float *ga, *ua; int32_t *gt; uint8_t *gm;     /* [I] */
     float *pv; int32_t *pt;                       /* [I] */
+    int32_t *dz, *gl; uint8_t *gmk;               /* [H]: direct inputs, touched groups */
+    int32_t *tmk, *tpo; float *tpv;               /* [C]: what the conv takes (conv_inputs) */
+    struct dc_memo *memo;                         /* the memo the stream uses now, or none */
 } dc_state;
+
+/* A memo of what the conv takes from memo groups (memo_get): a pure function of the group
+ * and its inputs' values, so any streams of one model may share one, one at a time. Open
+ * addressing over (hash, record offset; 0 empty); records in the arena: [group id][key
+ * words][pushes][marks][(channel, value bits) x pushes][channel x marks]. */
+typedef struct dc_memo {
+    uint64_t *mh; uint32_t *moff;                 /* [DC_MEMO_SLOTS] */
+    uint32_t *ma; size_t mlen, mcap; int mrec;
+    int mrec_max; size_t mwords_max;              /* emptied when either is reached */
+    int64_t mhit, mmiss;
+} dc_memo;
 
 static inline float rbf16(float f) {
     uint32_t u;
@@ -115,7 +145,7 @@ static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
 void dc_state_free(dc_state *s) {
     if (!s) return;
-    void *ps[] = {s->S, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+    void *ps[] = {s->S, s->cl, s->ncl, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
                   s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
@@ -128,6 +158,12 @@ dc_state *dc_state_new(const dc_model *m) {
     if (!s) return NULL;
     size_t P = (size_t)m->C + m->V + m->NV, G = m->G;
     s->S = zalloc(G * m->NV * m->DK * m->DV * sizeof(float));
+    s->cl = zalloc(G * m->NV * m->DV * sizeof(int16_t));
+    s->dz = zalloc(m->H * sizeof(int32_t)); s->gl = zalloc(m->H * sizeof(int32_t));
+    s->gmk = zalloc(m->H);
+    s->tmk = zalloc(m->C * sizeof(int32_t)); s->tpo = zalloc(m->C * sizeof(int32_t));
+    s->tpv = zalloc(m->C * sizeof(float));
+    s->ncl = zalloc(G * m->NV * sizeof(int16_t));
     s->duec = zalloc(G * m->KC * m->C * sizeof(int32_t));
     s->duen = zalloc(G * m->KC * sizeof(int32_t));
     s->duev = zalloc(G * m->KC * m->C * sizeof(float));
@@ -150,7 +186,7 @@ dc_state *dc_state_new(const dc_model *m) {
     s->ga = zalloc(m->I * sizeof(float)); s->ua = zalloc(m->I * sizeof(float));
     s->gt = zalloc(m->I * sizeof(int32_t)); s->gm = zalloc(m->I);
     s->pv = zalloc(m->I * sizeof(float)); s->pt = zalloc(m->I * sizeof(int32_t));
-    void *ps[] = {s->S, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+    void *ps[] = {s->S, s->cl, s->ncl, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
                   s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
@@ -159,8 +195,63 @@ dc_state *dc_state_new(const dc_model *m) {
     return s;
 }
 
+/* The recurrent states: to read (dc_state_S), or to write (dc_state_S_write: the next token
+ * fed lists the columns again, so a write made before it is seen). */
 float *dc_state_S(dc_state *s) { return s->S; }
+float *dc_state_S_write(dc_state *s) { s->cl_ok = 0; return s->S; }
+
+/* List every head's columns that can be nonzero (see dc_state.cl). */
+static void list_columns(const dc_model *m, dc_state *s) {
+    const int DK = m->DK, DV = m->DV;
+    uint32_t any[512];
+    for (int li = 0; li < m->L; li++) {
+        const dc_layer *ly = &m->layers[li];
+        if (ly->kind != 0) continue;
+        for (int hh = 0; hh < m->NV; hh++) {
+            const uint32_t *S = (const uint32_t *)(s->S + ((size_t)ly->gdn * m->NV + hh) * DK * DV);
+            for (int j = 0; j < DV; j++) any[j] = j < m->NBV || ly->wcol[(size_t)hh * DV + j];
+            for (int k = 0; k < DK; k++)
+                for (int j = 0; j < DV; j++) any[j] |= S[(size_t)k * DV + j];
+            size_t at = (size_t)ly->gdn * m->NV + hh;
+            int16_t *cl = s->cl + at * DV, n = 0;
+            for (int j = 0; j < DV; j++) if (any[j]) cl[n++] = (int16_t)j;
+            s->ncl[at] = n;
+        }
+    }
+    s->cl_ok = 1;
+}
 int64_t dc_state_pos(dc_state *s) { return s->pos; }
+
+/* A memo that empties itself when it holds `records` records (or `words` words; 0: the
+ * kernel's limits), or NULL if it cannot be allocated. */
+dc_memo *dc_memo_new(int records, int64_t words) {
+    dc_memo *mm = zalloc(sizeof *mm);
+    if (!mm) return NULL;
+    mm->mh = zalloc(DC_MEMO_SLOTS * sizeof(uint64_t));
+    mm->moff = zalloc(DC_MEMO_SLOTS * sizeof(uint32_t));
+    mm->mcap = 1 << 16; mm->mlen = 1;
+    mm->ma = zalloc(mm->mcap * sizeof(uint32_t));
+    mm->mrec_max = records > 0 && records < DC_MEMO_RECORDS ? records : DC_MEMO_RECORDS;
+    mm->mwords_max = words > 0 && words < DC_MEMO_WORDS ? (size_t)words : DC_MEMO_WORDS;
+    if (!mm->mh || !mm->moff || !mm->ma) {
+        free(mm->mh); free(mm->moff); free(mm->ma); free(mm);
+        return NULL;
+    }
+    return mm;
+}
+
+void dc_memo_free(dc_memo *mm) {
+    if (!mm) return;
+    free(mm->mh); free(mm->moff); free(mm->ma); free(mm);
+}
+
+/* Records held now, and lookups that found one / made one since the memo was made. */
+void dc_memo_stats(const dc_memo *mm, int64_t *out) {
+    out[0] = mm->mrec; out[1] = mm->mhit; out[2] = mm->mmiss;
+}
+
+/* The memo stream s uses from now on (NULL: none; then every group is computed). */
+void dc_state_use_memo(dc_state *s, dc_memo *mm) { s->memo = mm; }
 int dc_state_err(dc_state *s, int *layer, double *val) {
     *layer = s->err_layer; *val = s->err_val; return s->err;
 }
@@ -189,17 +280,28 @@ static int norm(const dc_model *m, dc_state *s, const float *scale, int layer) {
 }
 
 /* out[idx] += val * h for the nonzero inputs; touched outputs listed once in t, each sum
- * starting from its bias (none: 0). */
-static int spmv(const dc_csc *w, const float *bias, const float *h, const int32_t *nz, int n,
-                float *out, int32_t *t, uint8_t *mark) {
+ * starting from its bias (none: 0). Branch-free: an output's first touch is told by its
+ * mark, which the caller clears. */
+static const float dc_zero[DC_MAX_OUT];
+
+static int spmv(const dc_csc *w, const float *bias, const float *restrict h,
+                const int32_t *restrict nz, int n, float *restrict out, int32_t *restrict t,
+                uint8_t *restrict mark) {
     int nt = 0;
+    const float *restrict b0 = bias ? bias : dc_zero;
+    const int64_t *restrict ptr = w->ptr;
+    const int32_t *restrict idx = w->idx;
+    const float *restrict val = w->val;
     for (int a = 0; a < n; a++) {
         int i = nz[a];
         float hv = h[i];
-        for (int64_t e = w->ptr[i]; e < w->ptr[i + 1]; e++) {
-            int o = w->idx[e];
-            if (!mark[o]) { mark[o] = 1; t[nt++] = o; out[o] = bias ? bias[o] : 0.0f; }
-            out[o] += w->val[e] * hv;
+        for (int64_t e = ptr[i], end = ptr[i + 1]; e < end; e++) {
+            int o = idx[e], mk = mark[o];
+            float cur = mk ? out[o] : b0[o];
+            t[nt] = o;
+            nt += 1 - mk;
+            mark[o] = 1;
+            out[o] = cur + val[e] * hv;
         }
     }
     return nt;
@@ -252,10 +354,94 @@ static float zb_out(const dc_model *m, const dc_state *s, const dc_layer *ly, in
     return row_out(m, &ly->zb, ly->ipb[m->C + o], o, s->h);
 }
 
+/* What the conv takes from the channels a product touched (s->prt[0..np), their sums in
+ * s->pr): marks (touched channels whose default is live: at this position they are not
+ * their default) into s->tmk, and pushes (channel, value rounded as a Linear output) into
+ * s->tpo/tpv, leaving out values whose silu is a known zero (read, they would add nothing)
+ * and channels no tap reads. Clears the product's marks. */
+static void conv_inputs(const dc_model *m, dc_state *s, const dc_layer *ly, int np,
+                        int *nmk, int *npo) {
+    int a0 = 0, b0 = 0;
+    for (int a = 0; a < np; a++) {
+        int o = s->prt[a];
+        s->prm[o] = 0;
+        if (ly->delay[o] < 0) continue;
+        if (ly->cdl[o]) s->tmk[a0++] = o;
+        float v = RD(m, s->pr[o]);
+        if (v == 0.0f || v <= -89.0f) continue;
+        s->tpo[b0] = o; s->tpv[b0++] = v;
+    }
+    *nmk = a0; *npo = b0;
+}
+
+static uint64_t mix(uint64_t h, uint32_t w) {
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+/* Room for a record of n words (emptying the memo when it is full); 0 when none can be had. */
+static int memo_room(dc_memo *s, size_t n) {
+    if (s->mrec >= s->mrec_max || s->mlen + n > s->mwords_max) {
+        memset(s->moff, 0, DC_MEMO_SLOTS * sizeof(uint32_t));
+        s->mlen = 1; s->mrec = 0;
+    }
+    if (s->mlen + n > s->mcap) {
+        size_t cap = s->mcap;
+        while (s->mlen + n > cap) cap *= 2;
+        uint32_t *a = realloc(s->ma, cap * sizeof(uint32_t));
+        if (!a) return 0;
+        s->ma = a; s->mcap = cap;
+    }
+    return 1;
+}
+
+/* The record of what the conv takes from memo group g of layer li at its inputs' values in
+ * h: found, or made (the product over the group's nonzero inputs, in ascending order) and
+ * kept in the stream's memo. Returns its offset in the memo's arena, or 0 where it could not
+ * be kept (no memo, or no memory): then s->tmk/tpo/tpv hold it, counts in *nmk, *npo. */
+static uint32_t memo_get(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int g,
+                         int *nmk, int *npo) {
+    const int32_t *in = ly->g_in + ly->g_ptr[g];
+    const int K = ly->g_ptr[g + 1] - ly->g_ptr[g];
+    const uint32_t gid = ((uint32_t)li << 20) | (uint32_t)g;
+    dc_memo *mm = s->memo;
+    uint32_t key[DC_MAX_GIN];
+    uint64_t h = mix(0x51ED27A3ull, gid);
+    for (int k = 0; k < K; k++) {
+        memcpy(&key[k], &s->h[in[k]], 4);
+        h = mix(h, key[k]);
+    }
+    uint32_t at = (uint32_t)(h >> 40) & (DC_MEMO_SLOTS - 1);
+    if (mm) {
+        for (; mm->moff[at]; at = (at + 1) & (DC_MEMO_SLOTS - 1)) {
+            const uint32_t *r = mm->ma + mm->moff[at];
+            if (mm->mh[at] == h && r[0] == gid && !memcmp(r + 1, key, 4 * (size_t)K)) {
+                mm->mhit++;
+                return mm->moff[at];
+            }
+        }
+        mm->mmiss++;
+    }
+    int n = 0;
+    for (int k = 0; k < K; k++) if (s->h[in[k]] != 0.0f) s->dz[n++] = in[k];
+    int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, n, s->pr, s->prt, s->prm);
+    conv_inputs(m, s, ly, np, nmk, npo);
+    size_t words = 3 + (size_t)K + 2 * (size_t)*npo + (size_t)*nmk;
+    if (!mm || !memo_room(mm, words)) return 0;
+    uint32_t off = (uint32_t)mm->mlen, *r = mm->ma + off;
+    r[0] = gid;
+    memcpy(r + 1, key, 4 * (size_t)K);
+    r[1 + K] = (uint32_t)*npo; r[2 + K] = (uint32_t)*nmk;
+    uint32_t *p = r + 3 + K;
+    for (int a = 0; a < *npo; a++) { p[2 * a] = (uint32_t)s->tpo[a]; memcpy(&p[2 * a + 1], &s->tpv[a], 4); }
+    memcpy(p + 2 * *npo, s->tmk, 4 * (size_t)*nmk);
+    mm->mlen += words; mm->mrec++;
+    mm->mh[at] = h; mm->moff[at] = off;
+    return off;
+}
+
 static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int nn) {
     const int C = m->C, V = m->V, DK = m->DK, DV = m->DV, KC = m->KC;
-    /* conv channel inputs, rounded as Linear outputs; an untouched one is its default */
-    int np = spmv(&ly->ip, ly->ipb, s->h, s->nz, nn, s->pr, s->prt, s->prm);
     /* each touched channel goes to the slot of the position its tap reads it at; the slot
      * of this position remembers which channels were touched (the others read defaults) */
     int slot = (int)(s->pos % KC);
@@ -267,21 +453,41 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     int32_t *hz = hnz + (size_t)slot * C;
     uint8_t *hk = hmk + (size_t)slot * C;
     for (int a = 0; a < hcnt[slot]; a++) hk[hz[a]] = 0;
-    /* a value whose silu is a known zero is not stored (read, it would add nothing); the
-     * touched mark matters only where the default is live */
     int hc = 0, dsl[DC_MAX_KC];
     for (int d = 0; d < KC; d++) dsl[d] = (slot + d) % KC;
-    for (int a = 0; a < np; a++) {
-        int o = s->prt[a], d = ly->delay[o];
-        s->prm[o] = 0;
-        if (d < 0) continue;
-        if (ly->cdl[o]) { hk[o] = 1; hz[hc++] = o; }
-        float v = RD(m, s->pr[o]);
-        if (v == 0.0f || v <= -89.0f) continue;
-        int ds = dsl[d];
-        duec[(size_t)ds * C + duen[ds]] = o;
-        duev[(size_t)ds * C + duen[ds]++] = v;
+#define TAKE_MARK(o) do { int o_ = (o); hk[o_] = 1; hz[hc++] = o_; } while (0)
+#define TAKE_PUSH(o, v) do { int o_ = (o), ds_ = dsl[ly->delay[o_]]; \
+        duec[(size_t)ds_ * C + duen[ds_]] = o_; duev[(size_t)ds_ * C + duen[ds_]++] = (v); } while (0)
+    /* conv channel inputs, rounded as Linear outputs; an untouched one is its default. The
+     * inputs of memo groups are set aside: each touched group's part is remembered */
+    int nd = 0, ngt = 0, nmk, npo;
+    for (int a = 0; a < nn; a++) {
+        int i = s->nz[a], g = ly->g_of[i];
+        if (g < 0) s->dz[nd++] = i;
+        else if (!s->gmk[g]) { s->gmk[g] = 1; s->gl[ngt++] = g; }
     }
+    int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, nd, s->pr, s->prt, s->prm);
+    conv_inputs(m, s, ly, np, &nmk, &npo);
+    for (int a = 0; a < nmk; a++) TAKE_MARK(s->tmk[a]);
+    for (int a = 0; a < npo; a++) TAKE_PUSH(s->tpo[a], s->tpv[a]);
+    for (int b = 0; b < ngt; b++) {
+        int g = s->gl[b];
+        s->gmk[g] = 0;
+        uint32_t off = memo_get(m, s, ly, li, g, &nmk, &npo);
+        if (!off) {
+            for (int a = 0; a < nmk; a++) TAKE_MARK(s->tmk[a]);
+            for (int a = 0; a < npo; a++) TAKE_PUSH(s->tpo[a], s->tpv[a]);
+            continue;
+        }
+        const uint32_t *r = s->memo->ma + off;
+        const int K = ly->g_ptr[g + 1] - ly->g_ptr[g];
+        const uint32_t *p = r + 3 + K;
+        npo = (int)r[1 + K]; nmk = (int)r[2 + K];
+        for (int a = 0; a < npo; a++) { float v; memcpy(&v, &p[2 * a + 1], 4); TAKE_PUSH((int)p[2 * a], v); }
+        for (int a = 0; a < nmk; a++) TAKE_MARK((int)p[2 * npo + a]);
+    }
+#undef TAKE_MARK
+#undef TAKE_PUSH
     hcnt[slot] = hc;
     /* conv outputs (one tap of weight 1) through silu: the channels due now, then the live
      * defaults untouched at the position their tap reads (before the first position a tap
@@ -304,6 +510,8 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         const float *v = vb + (size_t)hh * DV;
         const uint8_t *vm = s->com + 2 * m->NK * DK + (size_t)hh * DV;
         float *S = s->S + (((size_t)ly->gdn * m->NV + hh) * DK) * DV;
+        const int16_t *cl = s->cl + ((size_t)ly->gdn * m->NV + hh) * DV;
+        const int ncl = s->ncl[(size_t)ly->gdn * m->NV + hh];
         /* key: one nonzero (a row store) or none (no write) */
         int nk = s->kcnt[kh], nq = s->qcnt[kh];
         if (nk > 1) return fail(s, DC_E_KEY, li, nk);
@@ -320,7 +528,8 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
             else if (b == 0.0f) beta = 0.5f;
             else return fail(s, DC_E_BETA, li, b);
             float *row = S + (size_t)ka * DV;
-            for (int j = 0; j < DV; j++) {
+            for (int c = 0; c < ncl; c++) {
+                int j = cl[c];
                 float vj = vm[j] ? v[j] : 0.0f;
                 float kvm = row[j] * kn;
                 float delta = (vj - kvm) * beta;
@@ -337,7 +546,8 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         float qv[2];
         for (int t = 0; t < nq; t++) qv[t] = (q[qi[t]] * inv) / m->qdiv;
         float o[512];
-        for (int j = 0; j < DV; j++) {
+        for (int c = 0; c < ncl; c++) {
+            int j = cl[c];
             float acc = 0.0f;
             for (int t = 0; t < nq; t++) acc += S[(size_t)qi[t] * DV + j] * qv[t];
             o[j] = RD(m, acc);      /* the kernel's output is rounded to the model dtype */
@@ -346,10 +556,11 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         float sb = 0.0f;
         double rest = 0.0;
         for (int j = 0; j < m->NBV; j++) sb += o[j] * o[j];
-        for (int j = m->NBV; j < DV; j++) rest += (double)o[j] * o[j];
+        for (int c = m->NBV; c < ncl; c++) rest += (double)o[cl[c]] * o[cl[c]];
         if (rest != 0.0 && rest * m->gn_margin >= (double)sb) return fail(s, DC_E_GNORM, li, rest);
         float r = 1.0f / sqrtf(sb / (float)DV + 1e-6f);
-        for (int j = 0; j < DV; j++) {
+        for (int c = 0; c < ncl; c++) {
+            int j = cl[c];
             if (o[j] == 0.0f) continue;
             float yj = RD(m, o[j] * r);
             yj = RD(m, ly->gw[j] * yj);
@@ -448,6 +659,7 @@ static int64_t argmax(const dc_model *m, dc_state *s) {
 int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps) {
     if (s->err) return -1;
     if (id < 0 || id >= m->vocab) { fail(s, DC_E_TOKEN, -1, (double)id); return -1; }
+    if (!s->cl_ok) list_columns(m, s);
     for (int a = 0; a < s->nxl; a++) { s->x[s->xl[a]] = 0.0f; s->xm[s->xl[a]] = 0; }
     s->nxl = 0;
     for (int64_t e = m->e_ptr[id]; e < m->e_ptr[id + 1]; e++) {

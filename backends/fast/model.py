@@ -34,6 +34,13 @@ from backends.fast.weights import Prefixed, Tensors, sparse_rows
 MAX_DV = 512
 #: The longest conv kernel the kernel's slot table holds.
 MAX_KC = 64
+#: A memo group of in_proj_qkv (the kernel remembers what the conv takes from a connected
+#: part of the weight for each combination of its inputs' values): at most this many inputs,
+#: and at least this many weights (a smaller part is cheaper to compute than to look up).
+MAX_GROUP_INPUTS = 16
+MIN_GROUP_WEIGHTS = 64
+#: The most outputs of one projection the kernel's sparse products hold.
+MAX_OUT = 1 << 17
 #: How many token kinds the kernel's argmax holds.
 MAX_KINDS = 4096
 #: A pre-norm is exact while the rest of the residual's mean square is below the ballast's
@@ -114,6 +121,7 @@ class Layer:
     dg: np.ndarray | None = None
     ub: np.ndarray | None = None
     ud: np.ndarray | None = None
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # see :func:`memo_groups`
 
 
 @dataclass
@@ -212,6 +220,8 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
         raise _refuse(path, f"value heads of {dv} columns, {nv} per {nk} key heads")
     if kc > MAX_KC:
         raise _refuse(path, f"a conv kernel of {kc} taps (at most {MAX_KC})")
+    if max(H, C + V + nv, I) > MAX_OUT:
+        raise _refuse(path, f"a projection of {max(H, C + V + nv, I):,} outputs (at most {MAX_OUT:,})")
 
     # ---- embedding: CSR rows; the ballast dims hold one constant on every row ----------
     say("embedding")
@@ -290,6 +300,7 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
                    gate=Csc.from_csr(*gate, H), up=Csc.from_csr(*up, H), upr=_past(up, NB),
                    down=Csc.from_csr(*dn, I), gw=gw)
         _defaults(ly, _stack(parts), gate, up, B, NB, C, dt, path, pre)
+        ly.groups = memo_groups(ly.ip, NB)
         nonzero += sum(c.nnz for c in (ly.op, ly.gate, ly.up, ly.down)) + sum(len(p[2]) for p in parts)
         layers.append(ly)
     nf = norm_scale("model.norm.weight")
@@ -304,6 +315,45 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
                      res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
                      qdiv=float(np.float32(dk ** 0.5)), layers=layers, nf=nf,
                      embed=(e_ptr, e_col, e_val), kinds=kinds, lm=lm, nonzero=nonzero)
+
+
+def memo_groups(w: Csc, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The memo groups of a projection ``w`` (CSC over its inputs): the connected parts of its
+    weight over the inputs past the ballast (``nb``) with at most :data:`MAX_GROUP_INPUTS`
+    inputs and at least :data:`MIN_GROUP_WEIGHTS` weights. No other input reaches a group's
+    outputs, so what they take is a function of the group's input values alone. Returns
+    (``of`` [inputs] int32: an input's group or -1, ``ptr`` [groups + 1], ``inputs``
+    ascending within each group)."""
+    n_in = len(w.ptr) - 1
+    col = np.repeat(np.arange(n_in), np.diff(w.ptr))
+    keep = col >= nb
+    col, row = col[keep], w.idx[keep].astype(np.int64)
+    lab = np.arange(n_in)                       # each input's part: the least input in it
+    n_out = int(row.max()) + 1 if len(row) else 0
+    while True:                                 # spread the least label over the edges
+        out = np.full(n_out, n_in)
+        np.minimum.at(out, row, lab[col])
+        new = lab.copy()
+        np.minimum.at(new, col, out[row])
+        if np.array_equal(new, lab):
+            break
+        lab = new
+    used = np.zeros(n_in, dtype=bool)
+    used[col] = True
+    roots, inv = np.unique(lab[used], return_inverse=True)
+    inputs = np.flatnonzero(used)
+    size = np.bincount(inv, minlength=len(roots))
+    weights = np.bincount(inv, weights=np.diff(w.ptr)[inputs], minlength=len(roots))
+    chosen = (size <= MAX_GROUP_INPUTS) & (weights >= MIN_GROUP_WEIGHTS)
+    gid = np.full(len(roots), -1)
+    gid[chosen] = np.arange(int(chosen.sum()))
+    of = np.full(n_in, -1, dtype=np.int32)
+    of[inputs] = gid[inv]
+    members = np.flatnonzero(of >= 0)
+    order = members[np.argsort(of[members], kind="stable")]
+    ptr = np.zeros(int(chosen.sum()) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(of[members], minlength=len(ptr) - 1), out=ptr[1:])
+    return of, ptr, order.astype(np.int32)
 
 
 def _round(a: np.ndarray, dtype: str) -> np.ndarray:

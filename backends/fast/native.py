@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import cffi
 import numpy as np
@@ -40,9 +42,10 @@ CDEF = """
 typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
 typedef struct {
     int kind; int gdn; const float *n1, *n2; dc_csc ip; dc_csc zb; const int8_t *delay; dc_csc op;
-    dc_csc gate; dc_csc upr; dc_csc down; const float *gw;
+    dc_csc gate; dc_csc upr; dc_csc down; const float *gw; const uint8_t *wcol;
     const float *ipb, *ipd; const float *gb, *gd, *ub, *ud;
     const int32_t *cda; int ncda; const uint8_t *cdl; const int32_t *dg; int ndg;
+    const int32_t *g_of; const int32_t *g_ptr, *g_in;
 } dc_layer;
 typedef struct {
     int H, L, G, C, V, NV, NK, DK, DV, VPK, KC, I, NB, NBV, bf16;
@@ -56,7 +59,13 @@ typedef struct dc_state dc_state;
 dc_state *dc_state_new(const dc_model *m);
 void dc_state_free(dc_state *s);
 float *dc_state_S(dc_state *s);
+float *dc_state_S_write(dc_state *s);
 int64_t dc_state_pos(dc_state *s);
+typedef struct dc_memo dc_memo;
+dc_memo *dc_memo_new(int records, int64_t words);
+void dc_memo_free(dc_memo *mm);
+void dc_memo_stats(const dc_memo *mm, int64_t *out);
+void dc_state_use_memo(dc_state *s, dc_memo *mm);
 int dc_state_err(dc_state *s, int *layer, double *val);
 int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps);
 int64_t dc_feed(const dc_model *m, dc_state *s, const int64_t *ids, int64_t n, int64_t *out,
@@ -107,9 +116,14 @@ def make_kernel(model: FastModel) -> Any:
 class Native:
     """The C model of one :class:`FastModel` (see the module docstring)."""
 
-    def __init__(self, model: FastModel):
+    def __init__(self, model: FastModel, memo_records: int = 0):
         self.model = model
         self.lib = _lib()
+        #: how many records a memo holds before it empties itself (0: the kernel's 16,384)
+        self.memo_records = memo_records
+        self._memos: list[Any] = []
+        self._free: list[Any] = []
+        self._lock = threading.Lock()
         self._keep: list[Any] = []
         f = _FFI
         m = f.new("dc_model *")
@@ -158,6 +172,11 @@ class Native:
                                             zip(getattr(ly, name), ("int64_t", "int32_t", "float")))
         dst.delay = self._ptr(ly.delay, "int8_t")
         dst.gw = self._ptr(ly.gw, "float")
+        mdl = self.model
+        written = np.zeros(mdl.C, dtype=np.uint8)      # conv channels a token can make nonzero
+        written[ly.ip.idx] = 1
+        written[ly.cda] = 1
+        dst.wcol = self._ptr(written[2 * mdl.NK * mdl.DK:], "uint8_t")
         for name in ("ipb", "ipd", "gb", "gd", "ub", "ud"):
             setattr(dst, name, self._ptr(getattr(ly, name), "float"))
         dst.cda, dst.ncda = self._ptr(ly.cda, "int32_t"), len(ly.cda)
@@ -165,6 +184,7 @@ class Native:
         live[ly.cda] = 1
         dst.cdl = self._ptr(live, "uint8_t")
         dst.dg, dst.ndg = self._ptr(ly.dg, "int32_t"), len(ly.dg)
+        dst.g_of, dst.g_ptr, dst.g_in = (self._ptr(a, "int32_t") for a in ly.groups)
 
     # ---- streams -------------------------------------------------------------------------
     def new_state(self) -> Any:
@@ -173,15 +193,55 @@ class Native:
             raise MemoryError("the fast engine could not allocate a stream's state")
         return _FFI.gc(s, self.lib.dc_state_free)
 
-    def recurrent(self, s: Any) -> np.ndarray:
-        """The stream's recurrent states, [G, NV, DK, DV] float32, as a writable view."""
+    def recurrent(self, s: Any, write: bool = False) -> np.ndarray:
+        """The stream's recurrent states, [G, NV, DK, DV] float32, as a view: read-only, or
+        with ``write`` writable until the next token is fed (the kernel then lists again
+        which columns can be nonzero; take a new view to write after that)."""
         mdl = self.model
         n = mdl.G * mdl.NV * mdl.DK * mdl.DV
-        buf = _FFI.buffer(self.lib.dc_state_S(s), 4 * n)
-        return np.frombuffer(buf, dtype=np.float32).reshape(mdl.G, mdl.NV, mdl.DK, mdl.DV)
+        get = self.lib.dc_state_S_write if write else self.lib.dc_state_S
+        p = _FFI.gc(get(s), lambda _p, s=s: None)    # the view keeps the stream alive
+        a = np.frombuffer(_FFI.buffer(p, 4 * n), dtype=np.float32)
+        a = a.reshape(mdl.G, mdl.NV, mdl.DK, mdl.DV)
+        a.flags.writeable = write
+        return a
 
     def position(self, s: Any) -> int:
         return int(self.lib.dc_state_pos(s))
+
+    # ---- memos ---------------------------------------------------------------------------
+    @contextmanager
+    def _memo(self, s: Any) -> Iterator[None]:
+        """Lend stream ``s`` a memo for one call: one no other call uses meanwhile (the
+        kernel's memos hold what the conv takes from a memo group at given input values,
+        the same for every stream of the model, so streams share them one at a time)."""
+        with self._lock:
+            mm = self._free.pop() if self._free else self._new_memo()
+        self.lib.dc_state_use_memo(s, mm)
+        try:
+            yield
+        finally:
+            self.lib.dc_state_use_memo(s, _FFI.NULL)
+            if mm != _FFI.NULL:
+                with self._lock:
+                    self._free.append(mm)
+
+    def _new_memo(self) -> Any:
+        mm = self.lib.dc_memo_new(self.memo_records, 0)
+        if mm == _FFI.NULL:             # no memory for one: this call computes every group
+            return mm
+        mm = _FFI.gc(mm, self.lib.dc_memo_free)
+        self._memos.append(mm)
+        return mm
+
+    def memo_stats(self) -> tuple[int, int, int]:
+        """(records held, lookups that found one, lookups that made one) over the memos."""
+        tot = [0, 0, 0]
+        out = _FFI.new("int64_t[3]")
+        for mm in self._memos:
+            self.lib.dc_memo_stats(mm, out)
+            tot = [a + int(b) for a, b in zip(tot, out)]
+        return tot[0], tot[1], tot[2]
 
     def failure(self, s: Any) -> tuple[int, int, float]:
         """(error code, layer, value) of the check that stopped the stream; code 0: none."""
@@ -198,8 +258,9 @@ class Native:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         out = np.zeros(len(ids), dtype=np.int64)
         tp = _FFI.NULL if taps is None else _FFI.cast("float *", taps.ctypes.data)
-        n = self.lib.dc_feed(self.m, s, _FFI.cast("int64_t *", ids.ctypes.data), len(ids),
-                             _FFI.cast("int64_t *", out.ctypes.data), tp)
+        with self._memo(s):
+            n = self.lib.dc_feed(self.m, s, _FFI.cast("int64_t *", ids.ctypes.data), len(ids),
+                                 _FFI.cast("int64_t *", out.ctypes.data), tp)
         if n != len(ids):
             raise self.error(s)
         return out
@@ -209,7 +270,9 @@ class Native:
         token whose bit is set in ``stop`` (a packed bitmap over ids) has been fed."""
         out = np.zeros(n, dtype=np.int64)
         sp = _FFI.NULL if stop is None else _FFI.cast("uint8_t *", stop.ctypes.data)
-        k = self.lib.dc_run(self.m, s, int(first), n, _FFI.cast("int64_t *", out.ctypes.data), sp)
+        with self._memo(s):
+            k = self.lib.dc_run(self.m, s, int(first), n, _FFI.cast("int64_t *", out.ctypes.data),
+                                sp)
         if k < 0:
             raise self.error(s)
         return out[:k]

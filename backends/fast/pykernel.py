@@ -181,6 +181,22 @@ class _Layer:
         self.cdl = np.zeros(m.C, dtype=bool)
         self.cdl[self.cda] = True
         self.dg = np.asarray(ly.dg, dtype=np.int64)
+        self.g_of = np.asarray(ly.groups[0], dtype=np.int64)
+
+    def ip_order(self, nz: np.ndarray) -> np.ndarray:
+        """The nonzero inputs in the order kernel.c's in_proj takes them: those outside memo
+        groups as they come, then each touched group (in the order first touched) with its
+        inputs ascending."""
+        g = self.g_of[nz]
+        grouped = g >= 0
+        if not grouped.any():
+            return nz
+        gs, dims = g[grouped], nz[grouped]
+        first = {}
+        for x in gs.tolist():
+            first.setdefault(x, len(first))
+        rank = np.array([first[x] for x in gs.tolist()])
+        return np.concatenate([nz[~grouped], dims[np.lexsort((dims, rank))]])
 
 
 class PyKernel:
@@ -236,9 +252,12 @@ class PyKernel:
     def new_state(self) -> PyState:
         return PyState(self.model)
 
-    def recurrent(self, s: PyState) -> np.ndarray:
-        """The stream's recurrent states, [G, NV, DK, DV] float32, as a writable view."""
-        return s.S
+    def recurrent(self, s: PyState, write: bool = False) -> np.ndarray:
+        """The stream's recurrent states, [G, NV, DK, DV] float32, as a view (writable with
+        ``write``), as :meth:`backends.fast.native.Native.recurrent`."""
+        a = s.S.view()
+        a.flags.writeable = write
+        return a
 
     def position(self, s: PyState) -> int:
         return s.pos
@@ -345,6 +364,7 @@ class PyKernel:
         m = self.model
         C, V, DK, DV, KC, QK, VPK = m.C, m.V, m.DK, m.DV, m.KC, self.QK, m.VPK
         g = ly.gdn
+        nz = ly.ip_order(nz)
         prt, pr = ly.ip.spmv(nz, h[nz], ly.ipb)
         slot = s.pos % KC
         hk = s.hmk[g, slot]

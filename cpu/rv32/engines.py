@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from cpu import memmap
 from cpu.emulator import ElfError, Retire, RunResult
 from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
@@ -454,12 +456,17 @@ def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token
     feed = feed or InputFeed()
     stop = eng.stop_bitmap([k for k, kind in enumerate(eng.circuit.kinds)
                             if kind.halt or k == WANT])
+    offsets = np.asarray(eng.circuit.kind_offsets())
     while not reader.done:
         left = max_steps - (reader.instructions - n0)
         if left <= 0 and executes(cur):
             break
         ids = eng.run(cache, row, eng.token_id(cur), max(1, min(chunk, left)), stop)
-        for tid in ids.tolist():
+        took = reader.feed_ids(ids, np.searchsorted(offsets, ids, side="right") - 1,
+                               eng.token_of)
+        if took:
+            cur = reader.last
+        for tid in ids[took:].tolist():
             cur = feed.answer(eng.token_of(tid))
             reader.feed(cur)
             if reader.done:

@@ -26,12 +26,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from common.errors import UserError
 from cpu import memmap
 from cpu.emulator import Fault, FaultCause, fault_of
 from hdl.ir import Token
 
 JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT, WANT, IN = range(12)
+#: The kinds :meth:`TraceReader.feed_ids` leaves to :meth:`TraceReader.feed`: the ending, and
+#: the input (a Want is answered by whoever runs the core).
+_ONE_BY_ONE = np.array([k in (FAULT, END, WANT, IN) for k in range(12)])
+_EXECUTING = np.array([k in (JUMP, STEP, NEXT) for k in range(12)])
 
 #: the quotient digits of a division (radix 8, 32 bits: cpu/rv32/mdu.hdl), one DivStep each
 DIV_DIGITS = 11
@@ -122,6 +128,69 @@ class TraceReader:
         if executes(tok):
             return ((self.pcr & ~7) + 8 * self.nx + tok.fields[0]) << 2
         return None
+
+    @property
+    def last(self) -> Token | None:
+        """The last token fed."""
+        return self._prev
+
+    def feed_ids(self, ids: np.ndarray, kinds: np.ndarray, token_of: Callable[[int], Token]
+                 ) -> int:
+        """Account for the tokens ``ids`` (kind indices ``kinds``) up to the first Fault,
+        End, Want or In, exactly as :meth:`feed` one by one would, decoding only the tokens
+        whose fields it reads (``token_of``: id to token): Outs, the last Jump, Half and
+        executing token, and the last token. Returns how many it took; the caller feeds the
+        rest. A prefix in which :meth:`feed` would raise is fed one by one (so it raises)."""
+        kinds = np.asarray(kinds)
+        stop = np.flatnonzero(_ONE_BY_ONE[kinds])
+        n = int(stop[0]) if len(stop) else len(ids)
+        if n == 0:
+            return 0
+        ids, kinds = ids[:n], kinds[:n]
+        outs = np.flatnonzero(kinds == OUT)
+        out_toks = [token_of(int(ids[i])) for i in outs]
+        exe = _EXECUTING[kinds].copy()
+        for i, t in zip(outs, out_toks):
+            exe[i] = t.fields[1] != 0
+        prev_exe = self._prev is not None and executes(self._prev)
+        retire = np.concatenate([[prev_exe], exe[:-1]])        # token i retires token i - 1
+        r = np.flatnonzero(retire)
+        if len(r):
+            runs = [self._unretired + int(r[0]), n - 1 - int(r[-1])]
+            if len(r) > 1:
+                runs.append(int(np.max(np.diff(r))) - 1)
+            unretired = n - 1 - int(r[-1])
+        else:
+            runs = [self._unretired + n]
+            unretired = self._unretired + n
+        if max(runs) > MAX_TOKENS_WITHOUT_RETIRING:
+            for tid in ids.tolist():                # raises CoreStalled where feed would
+                self.feed(token_of(tid))
+            return n
+        self.tokens += n
+        self.instructions += len(r)
+        self._unretired = unretired
+        self.output.extend(t.fields[2] for t in out_toks)
+        ex = np.flatnonzero(exe)
+        if len(ex):
+            e = int(ex[-1])
+            jumps = np.flatnonzero(kinds[:e] == JUMP)
+            lo = int(jumps[-1]) + 1 if len(jumps) else 0
+            if len(jumps):
+                self.pcr, self.nx = token_of(int(ids[jumps[-1]])).fields[0], 0
+            if np.any(kinds[lo:e] == NEXT):
+                self.nx = 1
+            tok = token_of(int(ids[e]))
+            self.last_pc = self.pc_of(tok)
+            if tok.kind == JUMP:
+                self.pcr, self.nx = tok.fields[0], 0
+            elif tok.kind == NEXT:
+                self.nx = 1
+        halves = np.flatnonzero(kinds == HALF)
+        if len(halves):
+            self._hi = token_of(int(ids[halves[-1]])).fields[0]
+        self._prev = token_of(int(ids[-1]))
+        return n
 
     def feed(self, tok: Token) -> None:
         """Account for the next token of the stream (the start token included)."""

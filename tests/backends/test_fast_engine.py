@@ -167,3 +167,23 @@ def test_rows_helpers_and_ballast_constants(tmp_path):
     assert fm._bias(ok, scale, B, 2, "w", tmp_path).tolist() == [2.0 ** 24]
     assert fm._live_default(np.array([0.0, -89.0, -100.0, -5.0, 3.0])).tolist() == \
         [False, False, False, True, True]
+
+
+def test_memo_groups_are_the_small_connected_parts_past_the_ballast():
+    """memo_groups: inputs 2 and 3 alone reach outputs 0..39 (80 weights): a group; input 4
+    reaches two outputs (too few weights to be worth a lookup); inputs 5..21 form one chain
+    of 17 (too many inputs); the ballast input 0 reaches everything and is left out."""
+    from backends.fast.model import MAX_GROUP_INPUTS, Csc, memo_groups
+    assert MAX_GROUP_INPUTS == 16
+    cols: dict[int, list[int]] = {0: list(range(100)), 2: list(range(40)),
+                                  3: list(range(40)), 4: [40, 41]}
+    for k, i in enumerate(range(5, 22)):        # 5..21 chained through shared outputs
+        cols[i] = [50 + k, 51 + k] + [70 + (4 * k + j) % 30 for j in range(4)]
+    n_in = 24
+    ptr = np.zeros(n_in + 1, dtype=np.int64)
+    for i in range(n_in):
+        ptr[i + 1] = ptr[i] + len(cols.get(i, []))
+    idx = np.concatenate([np.array(cols.get(i, []), dtype=np.int32) for i in range(n_in)])
+    of, gptr, inputs = memo_groups(Csc(ptr, idx, np.ones(len(idx), np.float32)), nb=2)
+    assert of.tolist() == [-1, -1, 0, 0] + [-1] * (n_in - 4)
+    assert gptr.tolist() == [0, 2] and inputs.tolist() == [2, 3]

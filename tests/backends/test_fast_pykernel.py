@@ -47,7 +47,7 @@ def _stream(eng: FastEngine | None, k):
     """A new stream of kernel ``k`` with ``eng``'s ROM images loaded (as FastEngine.new_cache)."""
     s = k.new_state()
     if eng is not None:
-        rec = k.recurrent(s)
+        rec = k.recurrent(s, write=True)
         for layer, heads in eng.rom_states(eng.roms).items():
             for vh, st in heads.items():
                 rec[eng._gdn[layer], vh] = st.numpy()
@@ -62,7 +62,7 @@ def lockstep(model, kernels, first: int, steps: int, ids=None, eng=None, edit=No
     states = [_stream(eng, k) for k in kernels]
     if edit is not None:
         for k, s in zip(kernels, states):
-            edit(k.recurrent(s))
+            edit(k.recurrent(s, write=True))
     L, H = len(model.layers), model.H
     tok = first
     for t in range(steps):

@@ -63,6 +63,34 @@ def test_fast_runs_firmware(fast, name, firmware_elf):
     check_in_prefill(fast, lambda: Machine.from_elf(elf), lanes_below=3000)
 
 
+def test_the_memo_changes_nothing(fast, firmware_elf):
+    """The C kernel remembers what the conv takes from each small connected part of
+    in_proj_qkv (backends/fast/kernel.c, memo_get). product through the kernel as it runs,
+    through one whose memos empty themselves at every record (``memo_records=1``), and (its
+    first positions) through the numpy kernel, which has no memo: the same next token,
+    residual after every sublayer, recurrent state, position and failure at every position.
+    The memo is used (it finds records) and the small one holds at most one."""
+    from backends.fast.native import Native
+    from backends.fast.pykernel import PyKernel
+    from tests.backends.test_fast_pykernel import lockstep
+    image = load_program(firmware_elf("product"), None)
+    nat, small = Native(fast.model), Native(fast.model, memo_records=1)
+    S0 = nat.recurrent(fast.new_cache(1, [image.images]).states[0]).copy()
+
+    def preload(S):
+        S[...] = S0
+    first = fast.token_id(image.start)
+    n, err, _ = lockstep(fast.model, [nat, small], first, 250, edit=preload)
+    assert err is None, err
+    assert n == 250
+    held, found, made = nat.memo_stats()
+    assert found > made > 0 and held == made
+    held, found, made = small.memo_stats()
+    assert held <= 1 and made > found
+    n, err, _ = lockstep(fast.model, [nat, PyKernel(fast.model)], first, 12, edit=preload)
+    assert (n, err) == (12, None)
+
+
 RX_ECHO = Path(__file__).resolve().parent / "programs" / "rx_echo.c"
 
 

@@ -140,3 +140,95 @@ def test_the_simulated_core_that_stalls_stops_the_run(ret3, capfd, monkeypatch):
     assert capfd.readouterr().err == STALL.format(
         who="the core (sim engine)",
         advice="the core does not follow its token protocol (docs/cpu.md): a bug in cpu/rv32")
+
+
+def _feed_in_chunks(tokens: list[Token], circuit, sizes: list[int]) -> list[tuple]:
+    """Feed ``tokens`` to a reader as ``fast_advance`` does (feed_ids over each chunk, then
+    feed for what it leaves), the state after every chunk; a CoreStalled as its text."""
+    offsets = np.asarray(circuit.kind_offsets())
+    r, states, at = _reader(), [], 0
+    ids = np.array([circuit.token_id(t) for t in tokens], dtype=np.int64)
+    try:
+        for n in sizes:
+            chunk = ids[at:at + n]
+            took = r.feed_ids(chunk, np.searchsorted(offsets, chunk, side="right") - 1,
+                              circuit.token_from_id)
+            for tid in chunk[took:].tolist():
+                r.feed(circuit.token_from_id(tid))
+            at += len(chunk)
+            states.append(_state(r))
+    except CoreStalled as e:
+        states.append(str(e))
+    return states
+
+
+def _state(r: TraceReader) -> tuple:
+    return (r.tokens, r.instructions, bytes(r.output), r.exit_code, str(r.fault), r.pcr,
+            r.nx, r.last_pc, r._hi, r._unretired, r.last)
+
+
+def _one_by_one(tokens: list[Token], sizes: list[int]) -> list[tuple]:
+    r, states, at = _reader(), [], 0
+    try:
+        for n in sizes:
+            for tok in tokens[at:at + n]:
+                r.feed(tok)
+            at += n
+            states.append(_state(r))
+    except CoreStalled as e:
+        states.append(str(e))
+    return states
+
+
+def _sim_stream(elf: Path, text: bytes | None) -> list[Token]:
+    """The core's token stream (the simulator's, Wants answered) for a program."""
+    from cpu.rv32.loader import load_program
+    core = engines.SimCore(load_program(elf, text), FULL)
+    seen: list[Token] = []
+    feed = core.reader.feed
+
+    def record(tok: Token) -> None:
+        seen.append(tok)
+        feed(tok)
+    core.reader.feed = record
+    core.run(10**6)
+    return seen
+
+
+@pytest.mark.parametrize("program, text", [("product", None), ("hello", None),
+                                           ("calc", b"7 // 0"), ("calc", b"-(2**70) % 9"),
+                                           ("rx_echo", b"ab\xc3")])
+def test_feeding_ids_in_bulk_is_feeding_tokens_one_by_one(program, text, firmware_elf,
+                                                         tmp_path):
+    """TraceReader.feed_ids (fast_advance's bulk path) leaves the reader as feed does, token
+    by token, after every chunk of random lengths: instructions, output, exit code or fault,
+    the pc state, the watchdog's count and the last token."""
+    from firmware import toolchain
+    if program == "rx_echo":
+        elf = toolchain.build([Path(__file__).parent / "programs" / "rx_echo.c"],
+                              tmp_path / "rx_echo.elf")
+    else:
+        elf = firmware_elf(program)
+    tokens = _sim_stream(elf, text)
+    circuit = load_core(FULL)
+    rng = np.random.default_rng(len(tokens))
+    sizes = rng.integers(1, 300, size=len(tokens)).tolist()
+    want = _one_by_one(tokens, sizes)
+    assert _feed_in_chunks(tokens, circuit, sizes) == want
+    assert want[-1][3] is not None or want[-1][4] != "None"        # the run ended
+
+
+def test_feeding_ids_in_bulk_stops_a_stalled_stream_as_feed_does():
+    """The protocol's worst case (a faulting Jump after a division) in bulk is the same as
+    one by one; one Half more stalls both with the same text, wherever the chunks end."""
+    circuit = load_core(FULL)
+    for sizes in ([100], [3] * 12, [17, 17]):
+        got = _feed_in_chunks(_worst_division(), circuit, sizes)
+        assert got == _one_by_one(_worst_division(), sizes) and got[-1][4] != "None"
+    toks = _worst_division()
+    toks.insert(-4, Token(HALF, (1,)))
+    toks = toks[:-3] + [Token(HALF, (1,))] * 40
+    for sizes in ([len(toks)], [5] * 20, [29, 100]):
+        got = _feed_in_chunks(toks, circuit, sizes)
+        assert got[-1] == _one_by_one(toks, sizes)[-1]
+        assert got[-1].startswith("the core emitted 28 tokens in a row")
