@@ -180,21 +180,6 @@ def _one_by_one(tokens: list[Token], sizes: list[int]) -> list[tuple]:
     return states
 
 
-def _sim_stream(elf: Path, text: bytes | None) -> list[Token]:
-    """The core's token stream (the simulator's, Wants answered) for a program."""
-    from cpu.rv32.loader import load_program
-    core = engines.SimCore(load_program(elf, text), FULL)
-    seen: list[Token] = []
-    feed = core.reader.feed
-
-    def record(tok: Token) -> None:
-        seen.append(tok)
-        feed(tok)
-    core.reader.feed = record
-    core.run(10**6)
-    return seen
-
-
 @pytest.mark.parametrize("program, text", [("product", None), ("hello", None),
                                            ("calc", b"7 // 0"), ("calc", b"-(2**70) % 9"),
                                            ("rx_echo", b"ab\xc3")])
@@ -209,7 +194,8 @@ def test_feeding_ids_in_bulk_is_feeding_tokens_one_by_one(program, text, firmwar
                               tmp_path / "rx_echo.elf")
     else:
         elf = firmware_elf(program)
-    tokens = _sim_stream(elf, text)
+    from tests.cpu.test_lockstep import sim_stream
+    tokens = sim_stream(elf, text)
     circuit = load_core(FULL)
     rng = np.random.default_rng(len(tokens))
     sizes = rng.integers(1, 300, size=len(tokens)).tolist()

@@ -3,6 +3,8 @@ emulator at every retired instruction (pc and write-back value), on the ISA suit
 shipped firmware through the simulator, and the disagreements it must catch."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cpu.emulator import Machine
@@ -79,3 +81,17 @@ def test_a_wrong_pc_and_a_wrong_outcome_are_caught(firmware_elf):
     assert not ls.ok and "the emulator" in ls.mismatches[0]
     ls = lockstep(elf, toks[:-40])                   # the stream cut short
     assert ls.mismatches[-1].endswith("instructions without an exit or a fault")
+
+
+def test_long_runs_lockstep_script_runs(tmp_path):
+    """`scripts/long_runs.py lockstep` (the fast engine free-running, the checker fed every
+    token through fast_advance) on a short budget: every stream agrees, exit 0."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "long_runs.py"), "lockstep",
+                        "--target", "compact", "--instructions", "2000", "--threads", "1",
+                        "--only", "sum", "product", "--build", str(tmp_path)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert ", 0 streams with mismatches" in r.stdout
