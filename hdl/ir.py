@@ -11,6 +11,7 @@ nodes (``MEM_WRITE``, ``TOKEN_OUT``) have width 0 and no value.
 """
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,10 @@ class Circuit:
     ports: list[tuple[str, str, int, bool]] = field(default_factory=list)
     instances: list[Instance] = field(default_factory=list)
     inst_of: list[int] = field(default_factory=list)
+    #: (kinds, their first ids, their payload widths): the vocabulary's layout, made again
+    #: when the kinds change (:meth:`_layout`)
+    _vocab: tuple[tuple[TokenKind, ...], list[int], list[int]] | None = field(
+        default=None, repr=False, compare=False)
 
     def instance_of(self, nid: int) -> int:
         """The index in :attr:`instances` of the innermost instance that made node ``nid``,
@@ -199,13 +204,20 @@ class Circuit:
     # ---- the token vocabulary ---------------------------------------------------------------
     # Kind k owns 2**payload_bits consecutive ids after the kinds before it; within a kind the
     # id is the payload, its fields concatenated with the first field in the lowest bits.
+    def _layout(self) -> tuple[tuple[TokenKind, ...], list[int], list[int]]:
+        v = self._vocab
+        if v is None or len(v[0]) != len(self.kinds) or \
+                any(a is not b for a, b in zip(v[0], self.kinds)):
+            offsets, off, bits = [], 0, [k.payload_bits for k in self.kinds]
+            for b in bits:
+                offsets.append(off)
+                off += 1 << b
+            v = self._vocab = (tuple(self.kinds), offsets, bits)
+        return v
+
     def kind_offsets(self) -> list[int]:
         """The first token id of each kind, in kind order."""
-        offsets, off = [], 0
-        for k in self.kinds:
-            offsets.append(off)
-            off += 1 << k.payload_bits
-        return offsets
+        return list(self._layout()[1])
 
     @property
     def vocab_size(self) -> int:
@@ -218,17 +230,18 @@ class Circuit:
         for f, v in zip(self.kinds[tok.kind].fields, tok.fields):
             payload |= v << bit
             bit += f.width
-        return self.kind_offsets()[tok.kind] + payload
+        return self._layout()[1][tok.kind] + payload
 
     def token_from_id(self, tid: int) -> Token:
         """The token whose vocabulary id is ``tid``; ValueError outside ``0..vocab_size-1``."""
-        for index, (k, off) in enumerate(zip(self.kinds, self.kind_offsets())):
-            if off <= tid < off + (1 << k.payload_bits):
-                payload, fields = tid - off, []
-                for f in k.fields:
-                    fields.append(payload & ((1 << f.width) - 1))
-                    payload >>= f.width
-                return Token(index, tuple(fields))
+        kinds, offsets, bits = self._layout()
+        index = bisect.bisect_right(offsets, tid) - 1
+        if index >= 0 and tid < offsets[index] + (1 << bits[index]):
+            payload, fields = tid - offsets[index], []
+            for f in kinds[index].fields:
+                fields.append(payload & ((1 << f.width) - 1))
+                payload >>= f.width
+            return Token(index, tuple(fields))
         raise ValueError(f"token id {tid} is outside the vocabulary 0..{self.vocab_size - 1}")
 
     # ---- queries ------------------------------------------------------------------------
