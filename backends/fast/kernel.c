@@ -380,17 +380,17 @@ static uint64_t mix(uint64_t h, uint32_t w) {
 }
 
 /* Room for a record of n words (emptying the memo when it is full); 0 when none can be had. */
-static int memo_room(dc_memo *s, size_t n) {
-    if (s->mrec >= s->mrec_max || s->mlen + n > s->mwords_max) {
-        memset(s->moff, 0, DC_MEMO_SLOTS * sizeof(uint32_t));
-        s->mlen = 1; s->mrec = 0;
+static int memo_room(dc_memo *mm, size_t n) {
+    if (mm->mrec >= mm->mrec_max || mm->mlen + n > mm->mwords_max) {
+        memset(mm->moff, 0, DC_MEMO_SLOTS * sizeof(uint32_t));
+        mm->mlen = 1; mm->mrec = 0;
     }
-    if (s->mlen + n > s->mcap) {
-        size_t cap = s->mcap;
-        while (s->mlen + n > cap) cap *= 2;
-        uint32_t *a = realloc(s->ma, cap * sizeof(uint32_t));
+    if (mm->mlen + n > mm->mcap) {
+        size_t cap = mm->mcap;
+        while (mm->mlen + n > cap) cap *= 2;
+        uint32_t *a = realloc(mm->ma, cap * sizeof(uint32_t));
         if (!a) return 0;
-        s->ma = a; s->mcap = cap;
+        mm->ma = a; mm->mcap = cap;
     }
     return 1;
 }
