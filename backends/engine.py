@@ -145,6 +145,7 @@ class ChipEngine:
         t = prog.target
         nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
         res: dict[str, list[int | None]] = {}
+        states: dict[int, torch.Tensor] = {}      # a layer's state, read once (banks share)
         for name, p in prog.mems.items():
             P = p.per_row
             nrows = -(-p.depth // P)
@@ -154,7 +155,9 @@ class ChipEngine:
                 lo, hi = rb * p.rows, min(nrows, (rb + 1) * p.rows)
                 for sl in range(p.slices):
                     layer, kh = p.bank(0, rb, sl)
-                    state = self.recurrent_state(cache, layer, row)
+                    if layer not in states:
+                        states[layer] = self.recurrent_state(cache, layer, row)
+                    state = states[layer]
                     for v in range(t.v_per_k):
                         cells = state[kh * t.v_per_k + v, :, nbv:].double() / vs
                         for j in range(t.d_v - nbv):

@@ -11,6 +11,7 @@ transformers.
 
     python benchmarks/merge_figures.py --layers 4 --dir /tmp/merge-figures
     python benchmarks/merge_figures.py --layers 32 --shards 4 --firmware calc
+    python benchmarks/merge_figures.py --layers 4 --firmware calc --call '2**100' --hf-tokens 200
 """
 from __future__ import annotations
 
@@ -80,24 +81,41 @@ def tokenizer_seconds(path: Path) -> float:
     return float(r.stdout.split()[-1])
 
 
-def call_figures(path: Path, expr: str) -> str:
-    """A fresh process: load the merged model, then generate() from a prompt ending in a
-    calc call on ``expr``: the answer, the chip's tokens, instructions and seconds, and the
-    whole generate() call's wall time (the first call also loads the fast engine)."""
+def call_figures(path: Path, expr: str, hf_tokens: int) -> str:
+    """A fresh process: load the merged model; generate() from a prompt ending in a calc
+    call on ``expr`` (its whole wall time; the first call also loads the fast engine); the
+    same call on the bridge's runner from the program's start and resumed where the
+    previous call parked it (the chip's tokens, instructions and seconds); and, with
+    ``hf_tokens``, the first ``hf_tokens`` chip tokens of the call on the model's own chip
+    modules (transformers), the rate of the fallback."""
     code = f"""
-import json, time, torch, warnings
+import json, sys, time, torch, warnings
 warnings.simplefilter("ignore")
+torch.set_num_threads(1)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 m = AutoModelForCausalLM.from_pretrained({str(path)!r}, dtype=torch.bfloat16, trust_remote_code=True)
+mod = sys.modules[type(m).__module__]
 tok = AutoTokenizer.from_pretrained({str(path)!r}, trust_remote_code=True)
 call = json.dumps({{"name": "calc", "arguments": {{"expression": {expr!r}}}}})
 ids = tok("<|im_start|>assistant\\n<tool_call>\\n" + call + "\\n</tool_call>", return_tensors="pt").input_ids
-for k in range(2):
-    cache = m.new_cache(); t = time.perf_counter()
-    out = m.generate(ids, max_new_tokens=60, do_sample=False, cache=cache)
-    wall = time.perf_counter() - t
-    r = cache.calls[0].log[0]
-    print(f"call {{k + 1}}: {{r['output'].strip()!r}}: chip {{r['tokens']:,}} tokens, {{r['instructions']:,}} instructions, {{r['seconds']:.2f}} s on {{r['engine']}}; generate() {{wall:.2f}} s")
+def line(what, r):
+    return (f"{{what}}: {{r['output'].strip()!r}}: chip {{r['tokens']:,}} tokens, "
+            f"{{r['instructions']:,}} instructions, {{r['seconds']:.2f}} s on {{r['engine']}}")
+cache = m.new_cache(); t = time.perf_counter()
+m.generate(ids, max_new_tokens=60, do_sample=False, cache=cache)
+print(line("generate(), first call", cache.calls[0].log[0]) + f"; generate() {{time.perf_counter() - t:.2f}} s")
+text = "\\n" + call + "\\n"
+row = mod.ToolCalls()
+for what in ("from the start", "resumed"):
+    out, r = m._run_call(text.encode(), row)
+    r["output"] = out.decode()
+    print(line(f"call {{what}}", r))
+if {hf_tokens}:
+    m._runner = mod.ModuleChip(m.chip)
+    m.config.chip_bridge["max_tokens"] = {hf_tokens}
+    out, r = m._run_call(text.encode(), mod.ToolCalls())
+    print(f"transformers' modules: first {{r['tokens']:,}} chip tokens of the call in "
+          f"{{r['seconds']:.1f}} s, {{r['seconds'] / r['tokens']:.3f}} s a token")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return r.stdout.strip() if r.returncode == 0 else f"call failed: {r.stderr[-2000:]}"
@@ -116,6 +134,9 @@ def main() -> None:
     ap.add_argument("--call", action="append", default=[], metavar="EXPR",
                     help="with --firmware calc: time a tool call of calc on EXPR through the "
                          "merged model (plain generate(), the call at the end of the prompt)")
+    ap.add_argument("--hf-tokens", type=int, default=0, metavar="N",
+                    help="with --call: also time the call's first N chip tokens on the "
+                         "model's own chip modules (transformers)")
     a = ap.parse_args()
     if not (a.keep_base and (a.dir / "base" / "config.json").is_file()):
         shutil.rmtree(a.dir, ignore_errors=True)
@@ -151,7 +172,7 @@ def main() -> None:
                   if f.is_file() and f.stat().st_size > (1 << 20)), reverse=True)
     print("merged files over 1 MiB:", ", ".join(f"{n} {b / 2**20:,.1f} MiB" for b, n in big))
     for expr in a.call:
-        print(call_figures(a.dir / "merged", expr))
+        print(call_figures(a.dir / "merged", expr, a.hf_tokens))
     print(f"load (bf16): base {load_seconds(a.dir / 'base', False):.1f} s, merged "
           f"{load_seconds(a.dir / 'merged', a.layout == 'routed'):.1f} s; tokenizer: base "
           f"{tokenizer_seconds(a.dir / 'base'):.1f} s, merged "

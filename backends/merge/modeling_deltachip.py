@@ -304,6 +304,9 @@ class ToolCalls:
         self.ids: list[int] = []
         self.pending: list[int] = []
         self.log: list[dict] = []
+        #: the program parked between calls (the chip's state, waiting on the UART's input),
+        #: or None: the next call runs it from its start
+        self.parked = None
 
 
 class BridgeTables(nn.Module):
@@ -514,31 +517,33 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
                 elif st.in_call and i == cfg["call_close"]:
                     st.in_call = False
                     if t == T - 1:              # a call in the history is not run again
-                        st.pending = self._answer(st.ids, st.log)
+                        st.pending = self._answer(st.ids, st)
                 elif st.in_call:
                     st.ids.append(i)
             if st.pending:
                 logits[b, -1] = float("-inf")
                 logits[b, -1, st.pending[0]] = 0.0
 
-    def _answer(self, ids: list[int], log: list[dict]) -> list[int]:
-        """The ids of the answer to the call whose text ids are ``ids``."""
+    def _answer(self, ids: list[int], st: ToolCalls) -> list[int]:
+        """The ids of the answer to the call whose text ids are ``ids`` (row state ``st``)."""
         cfg = self.config.chip_bridge
         if len(ids) > MAX_CALL_TOKENS:
             out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
-                        {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None})
+                        {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None,
+                         "resumed": False})
         else:
-            out, rec = self._run_call(self.chip.bridge.text(ids))
+            out, rec = self._run_call(self.chip.bridge.text(ids), st)
         rec.update(call_tokens=len(ids), output=out.decode("utf-8", "replace"))
-        log.append(rec)
+        st.log.append(rec)
         if out.endswith(b"\n"):
             out = out[:-1]
         return list(cfg["prefix"]) + [cfg["byte_ids"][c] for c in out] + list(cfg["suffix"])
 
-    def _run_call(self, text: bytes) -> tuple[bytes, dict]:
-        """The program run from its start with ``text`` as its UART input: on deltachip's
-        fast engine where it is installed (the same weights, bit-identical), else on this
-        model's own chip modules, a token at a time."""
+    def _run_call(self, text: bytes, st: ToolCalls) -> tuple[bytes, dict]:
+        """The program run with ``text`` as its UART input: resumed where the row's last
+        call parked it, else from its start; on deltachip's fast engine where it is
+        installed (the same weights, bit-identical), else on this model's own chip modules,
+        a token at a time."""
         import time
         cfg = self.config.chip_bridge
         if self._runner is None:
@@ -548,42 +553,58 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
                 import sys
                 print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
                       file=sys.stderr)
-                self._runner = False
+                self._runner = ModuleChip(self.chip)
         t0 = time.perf_counter()
-        r = run_call(self._runner.advance if self._runner else self._advance_here, cfg, text)
+        # an empty call would end a parked program: it runs on a fresh one (which says so)
+        parked = st.parked if text else None
+        r = run_call(self._runner, cfg, text, parked)
+        st.parked = r.pop("parked")
         r["seconds"] = round(time.perf_counter() - t0, 3)
-        r["engine"] = "fast" if self._runner else "transformers"
+        r["engine"] = self._runner.name
         out = r.pop("output")
         if r["fault"]:
             out += b"\nerror: the computer stopped on a fault\n"
-        elif not r["ended"]:
+        elif not r["ended"] and st.parked is None:
             out += f"\nerror: no answer within {cfg['max_tokens']:,} steps\n".encode()
         return out, r
 
-    def _advance_here(self, first: int | None, n: int, stop: set[int]) -> list[int]:
-        """Chip ids from this model's chip modules, fed from ``first`` (None: a new run),
-        at most ``n``, ending at one in ``stop`` (not fed)."""
-        if first is None:
-            self._call_cache = self.chip.new_cache(1)
-            return []
+
+class ModuleChip:
+    """Runs of the chip on a merged model's own chip modules (transformers), a token at a
+    time: the bridge's runner where deltachip's fast engine is not installed."""
+    name = "transformers"
+
+    def __init__(self, chip: "DeltachipChip"):
+        self.chip = chip
+
+    def new(self) -> DynamicCache:
+        """The state of a new run (the chip's memories from their images)."""
+        return self.chip.new_cache(1)
+
+    def advance(self, state: DynamicCache, first: int, n: int, stop: set[int]) -> list[int]:
+        """The chip's ids after feeding ``first``: at most ``n``, ending at one in ``stop``
+        (not fed)."""
         device = self.chip.model.norm.weight.device
         out, tok = [], first
         with torch.no_grad():
             for _ in range(n):
-                tok = int(self.chip(torch.tensor([[tok]], device=device),
-                                    self._call_cache)[0, -1].argmax())
+                tok = int(self.chip(torch.tensor([[tok]], device=device), state)[0, -1].argmax())
                 out.append(tok)
                 if tok in stop:
                     break
         return out
 
 
-def run_call(advance, cfg: dict, text: bytes) -> dict:
-    """A run of the core from its start token with ``text`` as its UART input: ``advance
-    (first, n, stop)`` gives the chip's next ids (``first`` None: start a new run). A Want
-    is answered with In(next byte, 0 after the text); an Out's byte is printed; End ends
-    the run, a Fault marks it. Counts the tokens and the instructions retired (executing
-    tokens not followed by a Fault). Gives output, tokens, instructions, fault, ended."""
+def run_call(chip, cfg: dict, text: bytes, parked=None) -> dict:
+    """A run of the core with ``text`` as its UART input, on ``chip`` (``new()`` a run's
+    state, ``advance(state, first, n, stop)`` the chip's next ids). ``parked``: the state of
+    a program parked on a read of the UART by the previous call, resumed with this text;
+    None: run from the start token. A Want is answered with In(the text's next byte), and
+    with In(0) once after it; a Want after that parks the program (the call is answered,
+    and the state is given back as ``parked``). An Out's byte is printed; End ends the run,
+    a Fault marks it. Counts the tokens and the instructions retired (executing tokens not
+    followed by a Fault). Gives output, tokens, instructions, fault, ended, parked,
+    resumed."""
     want, in0 = cfg["want"], cfg["in"]
     out0, outn = cfg["out"]
     end0, endn = cfg["end"]
@@ -595,17 +616,25 @@ def run_call(advance, cfg: dict, text: bytes) -> dict:
         return any(a <= i < a + n for a, n in ex) or (out0 <= i < out0 + outn
                                                       and (i - out0) & go != 0)
     stop = {want} | set(range(end0, end0 + endn))
-    advance(None, 0, stop)
-    tok, pos, out = cfg["start"], 0, bytearray()
-    tokens, instructions, fault, ended, prev_exec = 1, 0, False, False, executes(cfg["start"])
-    while tokens < cfg["max_tokens"] and not ended:
-        ids = advance(tok, min(4096, cfg["max_tokens"] - tokens), stop)
+    data = text + b"\0"
+    if parked is not None:                  # the parked Want, answered with the first byte
+        state, tok, pos = parked, in0 + data[0], 1
+    else:
+        state, tok, pos = chip.new(), cfg["start"], 0
+    out = bytearray()
+    tokens, instructions, fault, ended = 1, 0, False, False
+    prev_exec, park = executes(tok), False
+    while tokens < cfg["max_tokens"] and not (ended or park):
+        ids = chip.advance(state, tok, min(4096, cfg["max_tokens"] - tokens), stop)
         if not ids:
             break
         for i in ids:
             if i == want:
-                i = in0 + (text[pos] if pos < len(text) else 0)
-                pos = min(pos + 1, len(text))
+                if pos == len(data):        # the call is read: the program waits for the next
+                    park = True
+                    break
+                i = in0 + data[pos]
+                pos += 1
             tokens += 1
             is_fault = f0 <= i < f0 + fn
             instructions += prev_exec and not is_fault
@@ -618,12 +647,14 @@ def run_call(advance, cfg: dict, text: bytes) -> dict:
                 ended = True
                 break
     return {"output": bytes(out), "tokens": tokens, "instructions": instructions,
-            "fault": fault, "ended": ended}
+            "fault": fault, "ended": ended, "parked": state if park and not fault else None,
+            "resumed": parked is not None}
 
 
 class FastChip:
-    """The merged checkpoint's chip part on deltachip's fast engine (where deltachip is
-    installed), with the merged program's memory images (``deltachip/roms``)."""
+    """Runs of the merged checkpoint's chip part on deltachip's fast engine (where deltachip
+    is installed), with the merged program's memory images (``deltachip/roms``)."""
+    name = "fast"
 
     def __init__(self, path: str):
         import json
@@ -636,19 +667,20 @@ class FastChip:
                 for mem, rel in (manifest["chip"].get("roms") or {}).items()}
         self.eng = FastEngine(d, roms=roms, threads=1)
         self._np = np
-        self.cache = None
         self._stop: tuple | None = None
 
-    def advance(self, first: int | None, n: int, stop: set[int]) -> list[int]:
-        if first is None:
-            self.cache = self.eng.new_cache(1)
-            return []
+    def new(self):
+        """The state of a new run (a fast-engine stream at its start)."""
+        return self.eng.new_cache(1)
+
+    def advance(self, state, first: int, n: int, stop: set[int]) -> list[int]:
+        """As :meth:`ModuleChip.advance`."""
         key = tuple(sorted(stop))
         if self._stop is None or self._stop[0] != key:
             bits = self._np.zeros(self.eng.model.vocab, dtype=bool)
             bits[list(stop)] = True
             self._stop = (key, self._np.packbits(bits, bitorder="little"))
-        return self.eng.run(self.cache, 0, first, n, self._stop[1]).tolist()
+        return self.eng.run(state, 0, first, n, self._stop[1]).tolist()
 
 
 __all__ = ["DeltachipRoutedConfig", "DeltachipRoutedForCausalLM", "RoutedCache"]

@@ -462,17 +462,10 @@ def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token
         if left <= 0 and executes(cur):
             break
         ids = eng.run(cache, row, eng.token_id(cur), max(1, min(chunk, left)), stop)
-        took = reader.feed_ids(ids, np.searchsorted(offsets, ids, side="right") - 1,
-                               eng.token_of)
-        if took:
-            cur = reader.last
-        for tid in ids[took:].tolist():
-            cur = feed.answer(eng.token_of(tid))
-            reader.feed(cur)
-            if reader.done:
-                break
         if not len(ids):
             break
+        reader.feed_chunk(ids, offsets, eng.token_of, feed)
+        cur = reader.last
     return cur
 
 

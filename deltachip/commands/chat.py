@@ -51,7 +51,8 @@ def chat_command(args: argparse.Namespace) -> int:
         if args.show_trace:
             for k, c in enumerate(chat.calls[n0:], 1):
                 inst = f"{c['instructions']:,} instructions, " if c.get("instructions") else ""
-                print(f"[tool call {k}: {c['call_tokens']} text tokens in; chip: "
+                how = " (resumed)" if c.get("resumed") else ""
+                print(f"[tool call {k}: {c['call_tokens']} text tokens in; chip{how}: "
                       f"{c['tokens']:,} tokens, {inst}{c['seconds']:.2f} s on {c['engine']}; "
                       f"printed {c['output']!r}]", file=sys.stderr)
     return 0

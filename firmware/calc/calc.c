@@ -393,22 +393,27 @@ static int is_blank(const char *s, const char *end) {
     return 1;
 }
 
-/* ---- a tool call from the UART's input ----------------------------------------------
+/* ---- tool calls from the UART's input -------------------------------------------
  *
- * With an empty input buffer, calc reads its text from the UART's input (the bridge of a
- * merged model feeds a tool call's text there: docs/firmware.md). A text that starts with
- * '{' is a tool call, {"name": "calc", "arguments": {"expression": "..."}} (other keys
- * ignored, in any order); its expression is evaluated as a line would be. Anything else
- * is evaluated as it is. A call that is not such JSON, names another tool or is longer
- * than the buffer prints "error: ..." and exits with CALC_CALL. */
+ * With an empty input buffer, calc serves calls from the UART's input (the bridge of a
+ * merged model feeds a tool call's text there: docs/firmware.md). A call is the bytes up
+ * to a 0 byte. A text that starts with '{' is a tool call, {"name": "calc", "arguments":
+ * {"expression": "..."}} (other keys ignored, in any order); its expression is evaluated
+ * as a line would be. Anything else is evaluated as it is. A call that is not such JSON,
+ * names another tool or is longer than the buffer prints "error: ...". After each answer
+ * calc reads the next call, so between calls it is parked on a read of the UART; an empty
+ * call after the first ends the run, with the exit code of the first failing call
+ * (CALC_CALL for a malformed one). */
 static char call_text[1024];
 static char expression[1024];
 static const char *jp;          /* the JSON scanner's position */
 
+static calc_jmp_buf call_abort;  /* back to the serving loop, past a malformed call */
+
 __attribute__((noreturn)) static void call_error(const char *what) {
     print("error: ");
     puts(what);
-    exit(CALC_CALL);
+    calc_longjmp(call_abort, CALC_CALL);
 }
 
 static void json_ws(void) {
@@ -517,13 +522,15 @@ static void json_value(int depth) {
     if (jp == start) call_error("the call is not JSON: a value was expected");
 }
 
-/* The text to evaluate, read from the UART's input (see above). */
+/* The text to evaluate of the next call on the UART's input (see above): "" for an empty
+ * call. A call too long for the buffer is read to its end, then refused. */
 static const char *uart_text(void) {
     int n = 0, c;
     while ((c = read_input_byte()) != 0) {
-        if (n >= (int)sizeof call_text - 1) call_error("the call is longer than 1023 bytes");
-        call_text[n++] = (char)c;
+        if (n < (int)sizeof call_text - 1) call_text[n] = (char)c;
+        n++;
     }
+    if (n > (int)sizeof call_text - 1) call_error("the call is longer than 1023 bytes");
     call_text[n] = 0;
     jp = call_text;
     json_ws();
@@ -538,15 +545,15 @@ static const char *uart_text(void) {
         print("error: unknown tool \"");
         print(name);
         puts("\" (this computer has calc)");
-        exit(CALC_CALL);
+        calc_longjmp(call_abort, CALC_CALL);
     }
     if (!(found & 2)) call_error("the call has no \"arguments\": {\"expression\": \"...\"}");
     return expression;
 }
 
-int main(void) {
-    const char *s = input_text();
-    if (!*s) s = uart_text();
+/* Evaluates every non-blank line of s; returns the exit code of the first failing one
+ * (0: all succeeded), CALC_SYNTAX if there is none. */
+static int evaluate_text(const char *s) {
     int status = 0, lines = 0;
     while (*s) {
         const char *end = s;
@@ -563,4 +570,25 @@ int main(void) {
         return CALC_SYNTAX;
     }
     return status;
+}
+
+static int status;              /* the first failing call's code (kept across longjmps) */
+static int served;              /* calls answered so far */
+
+int main(void) {
+    const char *s = input_text();
+    if (*s) return evaluate_text(s);
+    for (;;) {
+        int code = calc_setjmp(call_abort);
+        if (code) {
+            if (!status) status = code;
+            served++;
+            continue;
+        }
+        s = uart_text();
+        if (!*s && served) return status;
+        code = evaluate_text(s);
+        if (code && !status) status = code;
+        served++;
+    }
 }

@@ -15,7 +15,8 @@ from cpu import isa
 from cpu.rv32 import engines
 from cpu.rv32.build import FULL, load_core
 from cpu.rv32.protocol import (DIV_DIGITS, DIVSTEP, END, FAULT, FIX, HALF, JUMP, LO, STEP,
-                               MAX_TOKENS_WITHOUT_RETIRING, CoreStalled, TraceReader)
+                               MAX_TOKENS_WITHOUT_RETIRING, CoreStalled, InputFeed,
+                               TraceReader)
 from deltachip.cli import main
 from hdl.ir import Token
 
@@ -143,19 +144,15 @@ def test_the_simulated_core_that_stalls_stops_the_run(ret3, capfd, monkeypatch):
 
 
 def _feed_in_chunks(tokens: list[Token], circuit, sizes: list[int]) -> list[tuple]:
-    """Feed ``tokens`` to a reader as ``fast_advance`` does (feed_ids over each chunk, then
-    feed for what it leaves), the state after every chunk; a CoreStalled as its text."""
+    """Feed ``tokens`` to a reader as ``fast_advance`` does (``feed_chunk`` over each
+    chunk), the state after every chunk; a CoreStalled as its text."""
     offsets = np.asarray(circuit.kind_offsets())
     r, states, at = _reader(), [], 0
     ids = np.array([circuit.token_id(t) for t in tokens], dtype=np.int64)
     try:
         for n in sizes:
-            chunk = ids[at:at + n]
-            took = r.feed_ids(chunk, np.searchsorted(offsets, chunk, side="right") - 1,
-                              circuit.token_from_id)
-            for tid in chunk[took:].tolist():
-                r.feed(circuit.token_from_id(tid))
-            at += len(chunk)
+            r.feed_chunk(ids[at:at + n], offsets, circuit.token_from_id, InputFeed())
+            at += n
             states.append(_state(r))
     except CoreStalled as e:
         states.append(str(e))

@@ -82,8 +82,10 @@ def test_generate_answers_a_call(model, tok, calc_elf):
     new, cache = generate_call(model, tok, call_text("2**100"), do_sample=False)
     assert answer_of(tok, new) == "1267650600228229401496703205376"
     rec = cache.calls[0].log[0]
-    assert rec["engine"] == "fast" and rec["ended"] and not rec["fault"]
+    assert rec["engine"] == "fast" and not rec["fault"] and not rec["resumed"]
     assert rec["instructions"] > 3000 and rec["tokens"] > rec["instructions"]
+    # calc answered and is parked on the UART, waiting for the row's next call
+    assert not rec["ended"] and cache.calls[0].parked is not None
     # the base's cache holds the text positions only: no trace position reached it
     assert cache.base.get_seq_length() == len(cache.kinds) and not any(cache.kinds)
 
@@ -111,22 +113,37 @@ def test_streaming_shows_the_answer(model, tok):
     assert text.startswith("\n<tool_response>\n42\n</tool_response>\n")
 
 
+def bridge_module(model):
+    """The merged checkpoint's modeling module (loaded by transformers as remote code)."""
+    import sys
+    return sys.modules[type(model).__module__]
+
+
 def check_random_calls(model, calc_elf, count: int) -> None:
     """``count`` calls (random expressions: fractions, 80+ digit results, errors; and four
-    fixed big ones), each through the merged model's bridge as the call's text bytes,
-    against calc on the golden emulator reading the same bytes."""
+    fixed big ones), each through the merged model's bridge as the call's text bytes, one
+    after another on one row (so calc answers each, parks, and is resumed by the next),
+    against calc on the golden emulator reading the same bytes, each call alone and all of
+    them as one stream of calls."""
     from tests.firmware.calc_oracle import generate as expressions
     exprs = [e for _, e in expressions(20261203, count - 4)]
     exprs += ["2**300 + 1", "(2**300 - 1) / 3**20", "1/0", "gcd(2**64, 6**30)"]
     random.Random(count).shuffle(exprs)
-    long_result = 0
-    for e in exprs:
+    row = bridge_module(model).ToolCalls()
+    long_result, outputs, texts = 0, [], []
+    for k, e in enumerate(exprs):
         text = "\n" + call_text(e) + "\n"
-        got, rec = model._run_call(text.encode())
+        got, rec = model._run_call(text.encode(), row)
         want = ref_answer(calc_elf, text)
-        assert got.decode().rstrip("\n") == want and rec["ended"], e
+        assert got.decode().rstrip("\n") == want, e
+        assert rec["resumed"] == (k > 0) and row.parked is not None and not rec["fault"], e
         long_result += len(want) >= 80
+        outputs.append(got)
+        texts.append(text.encode())
     assert long_result >= 2
+    m = Machine.from_elf(calc_elf)
+    m.rx = b"\0".join(texts)
+    assert m.run(100_000_000).output == b"".join(outputs)
 
 
 def test_calc_through_the_model_equals_ref(model, calc_elf):
@@ -137,6 +154,33 @@ def test_calc_through_the_model_equals_ref(model, calc_elf):
 @pytest.mark.slow
 def test_calc_through_the_model_equals_ref_on_100_random_expressions(model, calc_elf):
     check_random_calls(model, calc_elf, 100)
+
+
+def test_later_calls_resume_the_parked_program(model, tok, calc_elf):
+    """Three calls on one row, text between them: the first runs calc from its start and
+    leaves it parked on the UART; the second resumes it (no start-up: fewer tokens than
+    the same call from the start) and equals ref; an empty call runs a fresh calc, which
+    says there is no expression."""
+    cache = model.new_cache()
+
+    def answer(ids: list[int]) -> str:
+        logits = model(input_ids=torch.tensor([ids]), cache=cache).logits
+        got = []
+        while cache.calls[0].pending:
+            got.append(int(logits[0, -1].argmax()))
+            assert got[-1] == cache.calls[0].pending[0]
+            logits = model(input_ids=torch.tensor([[got[-1]]]), cache=cache).logits
+        return answer_of(tok, got)
+    with torch.no_grad():
+        a1 = answer(tok(PROMPT + "<tool_call>\n" + call_text("2**64") + "\n</tool_call>").input_ids)
+        a2 = answer(tok(" and then <tool_call>\n" + call_text("2**64") + "\n</tool_call>").input_ids)
+        a3 = answer(tok(" and <tool_call></tool_call>").input_ids)
+    log = cache.calls[0].log
+    assert a1 == a2 == str(2 ** 64)
+    assert a3 == "error: no expression given (example input: 2**100)"
+    assert [r["resumed"] for r in log] == [False, True, False]
+    assert log[1]["tokens"] < log[0]["tokens"]
+    assert cache.base.get_seq_length() == len(cache.kinds) and not any(cache.kinds)
 
 
 @pytest.mark.parametrize("call,want", [
@@ -247,10 +291,12 @@ def test_the_fallback_on_the_chip_modules_is_the_fast_engine(bases, tmp_path):
     out = tmp_path / "out"
     merge_routed(bases["tied"], out, core_for(fw, "compact", "bf16"), firmware=fw)
     model = load(out, torch.bfloat16)
-    fast_out, fast = model._run_call(b"ab")
-    model._runner = False                       # as without deltachip
-    here_out, here = model._run_call(b"ab")
+    fast_out, fast = model._run_call(b"ab", bridge_module(model).ToolCalls())
+    mod = bridge_module(model)
+    model._runner = mod.ModuleChip(model.chip)  # as without deltachip
+    here_out, here = model._run_call(b"ab", mod.ToolCalls())
     assert fast["engine"] == "fast" and here["engine"] == "transformers"
     assert fast_out == here_out == b"Ab"
+    # rx_echo reads on past the call: the run parks at that read, on both
     assert (fast["tokens"], fast["instructions"], fast["ended"]) == \
-        (here["tokens"], here["instructions"], here["ended"]) and here["ended"]
+        (here["tokens"], here["instructions"], here["ended"]) and not here["ended"]
