@@ -47,7 +47,7 @@ from common.errors import UserError
 from common.outputs import os_reason, temp_name_prefix
 from cpu.rv32.loader import CoreImage, load_program
 from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, WANT, InputFeed, TraceReader,
-                               executes)
+                               executes, feed_chunk)
 from hdl.ir import Token
 from hdl.sim.tokens import format_token
 
@@ -464,7 +464,7 @@ def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token
         ids = eng.run(cache, row, eng.token_id(cur), max(1, min(chunk, left)), stop)
         if not len(ids):
             break
-        reader.feed_chunk(ids, offsets, eng.token_of, feed)
+        feed_chunk(reader, ids, offsets, eng.token_of, feed)
         cur = reader.last
     return cur
 

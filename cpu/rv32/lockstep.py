@@ -78,6 +78,10 @@ class LockStep:
     def tokens(self) -> int:
         return self.reader.tokens
 
+    @property
+    def last(self) -> Token | None:
+        return self._prev
+
     def _say(self, tok: Token, text: str) -> None:
         if len(self.mismatches) < MAX_LISTED:
             self.mismatches.append(f"position {self._pos} ({tok}): {text}")

@@ -192,18 +192,6 @@ class TraceReader:
         self._prev = token_of(int(ids[-1]))
         return n
 
-    def feed_chunk(self, ids: np.ndarray, offsets: np.ndarray,
-                   token_of: Callable[[int], Token], feed: "InputFeed") -> None:
-        """Account for a chunk of ids an engine made (``offsets``: the circuit's kind
-        offsets): :meth:`feed_ids` over its prefix, then :meth:`feed` one by one, each
-        Want answered by ``feed`` (what the engine is given next), until the run is done.
-        :attr:`last` is then the token the engine goes on from."""
-        took = self.feed_ids(ids, np.searchsorted(offsets, ids, side="right") - 1, token_of)
-        for tid in ids[took:].tolist():
-            self.feed(feed.answer(token_of(tid)))
-            if self.done:
-                break
-
     def feed(self, tok: Token) -> None:
         """Account for the next token of the stream (the start token included)."""
         prev = self._prev
@@ -248,3 +236,17 @@ class TraceReader:
                 f"instruction, more than the token protocol allows "
                 f"({MAX_TOKENS_WITHOUT_RETIRING}): position {self.tokens - 1} is "
                 f"{self.show(tok)}" + (f"; {self.advice}" if self.advice else ""))
+
+
+def feed_chunk(reader: "TraceReader", ids: np.ndarray, offsets: np.ndarray,
+               token_of: Callable[[int], Token], feed: InputFeed) -> None:
+    """Account for a chunk of ids an engine made (``offsets``: the circuit's kind offsets)
+    in ``reader`` (a :class:`TraceReader`, or what stands in for one: ``feed_ids``,
+    ``feed``, ``done``, ``last``): its bulk path over the prefix it takes, then the tokens
+    one by one, each Want answered by ``feed`` (what the engine is given next), until the
+    run is done. ``reader.last`` is then the token the engine goes on from."""
+    took = reader.feed_ids(ids, np.searchsorted(offsets, ids, side="right") - 1, token_of)
+    for tid in ids[took:].tolist():
+        reader.feed(feed.answer(token_of(tid)))
+        if reader.done:
+            break

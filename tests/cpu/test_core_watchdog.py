@@ -16,7 +16,7 @@ from cpu.rv32 import engines
 from cpu.rv32.build import FULL, load_core
 from cpu.rv32.protocol import (DIV_DIGITS, DIVSTEP, END, FAULT, FIX, HALF, JUMP, LO, STEP,
                                MAX_TOKENS_WITHOUT_RETIRING, CoreStalled, InputFeed,
-                               TraceReader)
+                               TraceReader, feed_chunk)
 from deltachip.cli import main
 from hdl.ir import Token
 
@@ -151,7 +151,7 @@ def _feed_in_chunks(tokens: list[Token], circuit, sizes: list[int]) -> list[tupl
     ids = np.array([circuit.token_id(t) for t in tokens], dtype=np.int64)
     try:
         for n in sizes:
-            r.feed_chunk(ids[at:at + n], offsets, circuit.token_from_id, InputFeed())
+            feed_chunk(r, ids[at:at + n], offsets, circuit.token_from_id, InputFeed())
             at += n
             states.append(_state(r))
     except CoreStalled as e:
