@@ -93,11 +93,26 @@ class RoutedCache:
         self.base.reorder_cache(beam_idx)
         if self.chip is not None:
             self.chip.reorder_cache(beam_idx)
+        self._select_calls(beam_idx)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.base.batch_select_indices(indices)
         if self.chip is not None:
             self.chip.batch_select_indices(indices)
+        self._select_calls(indices)
+
+    def _select_calls(self, rows: torch.Tensor) -> None:
+        """The rows' tool-call states follow their rows. A parked program is one chip state,
+        so it stays with the first row that takes it; the others copy the rest and run
+        their next call from the program's start."""
+        if self.calls is None:
+            return
+        taken: set[int] = set()
+        out = []
+        for i in rows.tolist():
+            out.append(self.calls[i] if i not in taken else self.calls[i].fork())
+            taken.add(i)
+        self.calls = out
 
     def crop(self, max_length: int) -> None:
         raise NotImplementedError("a routed cache cannot be cropped (its GDN states cannot "
@@ -307,6 +322,13 @@ class ToolCalls:
         #: the program parked between calls (the chip's state, waiting on the UART's input),
         #: or None: the next call runs it from its start
         self.parked = None
+
+    def fork(self) -> "ToolCalls":
+        """A copy of this row's state for another row, without the parked program."""
+        new = ToolCalls()
+        new.in_call, new.ids, new.pending, new.log = (self.in_call, list(self.ids),
+                                                      list(self.pending), list(self.log))
+        return new
 
 
 class BridgeTables(nn.Module):

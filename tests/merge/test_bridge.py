@@ -183,6 +183,21 @@ def test_later_calls_resume_the_parked_program(model, tok, calc_elf):
     assert cache.base.get_seq_length() == len(cache.kinds) and not any(cache.kinds)
 
 
+def test_beam_search_answers_the_call(model, tok):
+    """Beam search reorders the rows: each row's call state goes with its row, and a parked
+    program stays with one row only (the others run their next call from the start)."""
+    new, cache = generate_call(model, tok, call_text("6*7"), num_beams=2, do_sample=False,
+                               max_new_tokens=20)
+    assert answer_of(tok, new) == "42"
+    mod = bridge_module(model)
+    a, b = mod.ToolCalls(), mod.ToolCalls()
+    a.parked, b.parked, a.log = object(), object(), [{"tokens": 1}]
+    cache.calls = [a, b]
+    cache._select_calls(torch.tensor([0, 0, 1]))
+    assert cache.calls[0] is a and cache.calls[2] is b
+    assert cache.calls[1].parked is None and cache.calls[1].log == a.log
+
+
 @pytest.mark.parametrize("call,want", [
     ('{"name": "python", "arguments": {"code": "1"}}',
      'error: unknown tool "python" (this computer has calc)'),
