@@ -36,16 +36,23 @@ SHAPES = dict(vocab_size=248320, hidden_size=2560, intermediate_size=9216,
               full_attention_interval=4)
 
 
-def build_base(d: Path, layers: int, shards: int) -> None:
-    from safetensors.torch import save_file
+def base_shapes(layers: int):
+    """The config of a base with ``SHAPES`` and ``layers`` layers, and the shape of every
+    tensor it stores (tied: no lm_head)."""
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-    from tests.merge.bases import make_tokenizer
     cfg = Qwen3_5TextConfig(num_hidden_layers=layers, layer_types=[
         "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
         **SHAPES)
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in Qwen3_5ForCausalLM(cfg).state_dict().items()
                   if k != "lm_head.weight"}
+    return cfg, shapes
+
+
+def build_base(d: Path, layers: int, shards: int) -> None:
+    from safetensors.torch import save_file
+    from tests.merge.bases import make_tokenizer
+    cfg, shapes = base_shapes(layers)
     d.mkdir(parents=True)
     names = sorted(shapes)
     per = -(-len(names) // shards)

@@ -24,29 +24,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.merge_figures import SHAPES  # noqa: E402
+from benchmarks.merge_figures import base_shapes  # noqa: E402
 
 #: the anchor's homogeneous merged checkpoint (bf16), the issue's target for the stock layout
 ANCHOR_BYTES = 18.7e9
 
 
 def sparse_base(d: Path, layers: int) -> None:
-    """A Qwen3.5 base with ``SHAPES`` and ``layers`` layers, one shard, its data a hole."""
-    import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    """A Qwen3.5 base with merge_figures.SHAPES and ``layers`` layers, one shard, its data a hole."""
     from tests.merge.bases import make_tokenizer
-    cfg = Qwen3_5TextConfig(num_hidden_layers=layers, layer_types=[
-        "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
-        **SHAPES)
-    with torch.device("meta"):
-        shapes = {k: list(v.shape) for k, v in Qwen3_5ForCausalLM(cfg).state_dict().items()
-                  if k != "lm_head.weight"}
+    cfg, shapes = base_shapes(layers)
     header, at = {}, 0
     for k in sorted(shapes):
         n = 2
         for s in shapes[k]:
             n *= s
-        header[k] = {"dtype": "BF16", "shape": shapes[k], "data_offsets": [at, at + n]}
+        header[k] = {"dtype": "BF16", "shape": list(shapes[k]), "data_offsets": [at, at + n]}
         at += n
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
