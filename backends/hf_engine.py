@@ -39,30 +39,14 @@ class HFEngine(ChipEngine):
         self.model.eval()
         self.config = self.model.config
 
+    @property
+    def chip_layers(self) -> int:
+        """How many of the model's first decoder layers are the chip's (all of them here)."""
+        return len(self.config.layer_types)
+
     def _load_model(self) -> torch.nn.Module:
-        """The checkpoint in transformers; ChipDirError when its tensors do not fit the config
-        (missing, unexpected or mis-shaped weights)."""
-        hf_logging.set_verbosity_error()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model, info = AutoModelForCausalLM.from_pretrained(
-                    str(self.path), dtype=self.dtype, output_loading_info=True,
-                    ignore_mismatched_sizes=True)
-        except (OSError, ValueError, RuntimeError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-            raise ChipDirError(f"{self.path}: transformers cannot load the checkpoint ({first}): "
-                               f"{RECOMPILE}") from None
-        problems = [f"{k[0]} is {list(k[1])}, config.json makes it {list(k[2])}"
-                    for k in sorted(info.get("mismatched_keys") or ())]
-        problems += [f"{k} is missing" for k in sorted(info.get("missing_keys") or ())]
-        problems += [f"{k} is not in the model" for k in sorted(info.get("unexpected_keys") or ())]
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise ChipDirError(f"{weights_file(self.path)} does not fit config.json: "
-                               f"{problems[0]}{more}: {RECOMPILE}")
-        hf_kernels.install(model)   # bit-identical fp32 GDN convs where bf16 ones are slow
-        return model
+        """The checkpoint in transformers (:func:`load_checked`)."""
+        return load_checked(self.path, self.dtype, RECOMPILE)
 
     # ---- state ---------------------------------------------------------------------------
     def new_cache(self, batch: int = 1,
@@ -75,7 +59,7 @@ class HFEngine(ChipEngine):
         nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
         conv_dim = 2 * cfg.linear_num_key_heads * dk + nv * dv
         rows = self.row_states(batch, roms)
-        for li, kind in enumerate(cfg.layer_types):
+        for li, kind in enumerate(cfg.layer_types[:self.chip_layers]):
             if kind != "linear_attention":
                 continue
             L = cache.layers[li]
@@ -137,3 +121,30 @@ class HFEngine(ChipEngine):
 
     def recurrent_state(self, cache: DynamicCache, layer: int, row: int) -> torch.Tensor:
         return cache.layers[layer].recurrent_states[0][row]
+
+
+def load_checked(path: Path, dtype: torch.dtype, remedy: str) -> torch.nn.Module:
+    """The checkpoint at ``path`` in transformers (``AutoModelForCausalLM``, no remote code),
+    its fast GDN convs installed (:mod:`backends.hf_kernels`); ChipDirError, ending with
+    ``remedy``, when transformers cannot load it or its tensors do not fit its config.json
+    (missing, unexpected or mis-shaped weights)."""
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, info = AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True)
+    except (OSError, ValueError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise ChipDirError(f"{path}: transformers cannot load the checkpoint ({first}): "
+                           f"{remedy}") from None
+    problems = [f"{k[0]} is {list(k[1])}, config.json makes it {list(k[2])}"
+                for k in sorted(info.get("mismatched_keys") or ())]
+    problems += [f"{k} is missing" for k in sorted(info.get("missing_keys") or ())]
+    problems += [f"{k} is not in the model" for k in sorted(info.get("unexpected_keys") or ())]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ChipDirError(f"{weights_file(path)} does not fit config.json: "
+                           f"{problems[0]}{more}: {remedy}")
+    hf_kernels.install(model)   # bit-identical fp32 GDN convs where bf16 ones are slow
+    return model.eval()

@@ -1,12 +1,14 @@
 """Chatting with a merged model that answers its own tool calls (the Python API behind
 ``deltachip chat``).
 
-Takes: a routed merged checkpoint written by ``deltachip merge --firmware calc`` (its
-``chip_bridge``: backends/merge/bridge.py). Gives: :class:`Chat`, whose :meth:`Chat.reply`
-streams the model's reply to a prompt through plain ``generate()`` (a ``TextStreamer``):
-when the model writes a ``<tool_call>``, the merged model itself runs the program in its
-chip on the call's text and gives the answer as text, inside ``<tool_response>``, and
-generation goes on. :attr:`Chat.calls` records every call: the call's tokens, the chip's
+Takes: a merged checkpoint written by ``deltachip merge --firmware calc`` (its bridge:
+backends/merge/bridge.py). Gives: :class:`Chat`, whose :meth:`Chat.reply` streams the
+model's reply to a prompt through plain ``generate()`` (a ``TextStreamer``): when the model
+writes a ``<tool_call>``, the program in its chip runs on the call's text and the answer
+comes back as text, inside ``<tool_response>``, and generation goes on. Routed layout: the
+merged model itself does it inside ``generate()``; stock layout: plain transformers, the
+call run apart by :class:`backends.merge.stock_calls.StockCalls` (plain modules cannot keep
+a chip run out of the base's caches). :attr:`Chat.calls` records every call: the call's tokens, the chip's
 tokens and instructions, its time and engine, and what the program printed.
 """
 from __future__ import annotations
@@ -45,11 +47,20 @@ class Chat:
                                f"with `deltachip merge BASE_DIR OUT_DIR --firmware calc`")
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+        #: the stock layout's driver (None: the routed model answers inside generate())
+        self.driver: Any = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.model = AutoModelForCausalLM.from_pretrained(
-                str(d), trust_remote_code=True,
-                dtype=torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
+            if manifest["layout"] == "stock":   # plain transformers, calls run by the driver
+                from backends.hf_engine import load_checked
+                from backends.merge.stock_calls import StockCalls
+                from backends.numbers import DTYPES
+                self.model = load_checked(d, DTYPES[manifest["dtype"]], "merge it again")
+                self.driver = StockCalls(d, self.model)
+            else:
+                self.model = AutoModelForCausalLM.from_pretrained(
+                    str(d), trust_remote_code=True,
+                    dtype=torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
             self.tok = AutoTokenizer.from_pretrained(str(d), trust_remote_code=True)
         self.calls: list[dict[str, Any]] = []
 
@@ -71,17 +82,25 @@ class Chat:
 
         class _Out(TextStreamer):
             def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-                out.write(text + ("\n" if stream_end else ""))
+                out.write(text)
                 out.flush()
         ids = self.prompt_ids(prompt)
         if start:
             import torch
             out.write(start)
             ids = torch.cat([ids, self.tok(start, return_tensors="pt").input_ids], dim=1)
-        cache = self.model.new_cache()
-        gen = self.model.generate(ids, max_new_tokens=max_new_tokens, cache=cache,
-                                  do_sample=do_sample, streamer=_Out(self.tok, skip_prompt=True),
-                                  pad_token_id=self.tok.pad_token_id or 0, **generate)
-        for st in cache.calls or []:
-            self.calls += st.log
+        streamer = _Out(self.tok, skip_prompt=True)
+        options = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, streamer=streamer,
+                       pad_token_id=self.tok.pad_token_id or 0, **generate)
+        if self.driver is not None:
+            n0 = len(self.driver.state.log)
+            gen = self.driver.generate(ids, **options)
+            self.calls += self.driver.state.log[n0:]
+        else:
+            cache = self.model.new_cache()
+            gen = self.model.generate(ids, cache=cache, **options)
+            for st in cache.calls or []:
+                self.calls += st.log
+        out.write("\n")
+        out.flush()
         return self.tok.decode(gen[0, ids.shape[1]:])

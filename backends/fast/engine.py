@@ -2,8 +2,8 @@
 bit-identical to transformers (engine "hf").
 
 Takes: a compiled directory (what ``deltachip compile`` writes, or a core-cache entry): its
-config, chip.json and safetensors — the weights, not the IR; or a routed merged checkpoint
-(``deltachip merge``), whose chip part it runs from the merged files as they are stored. Gives: :class:`FastEngine`, the
+config, chip.json and safetensors — the weights, not the IR; or a merged checkpoint
+(``deltachip merge``, either layout), whose chip part it runs from the merged files as they are stored. Gives: :class:`FastEngine`, the
 engine interface of :class:`backends.engine.ChipEngine`: caches of independent streams
 (:class:`FastCache`, ROM images preloaded), ``decode_step``, ``prefill`` (the positions fed
 one by one: the kernel has one path, which gives what transformers' decode and, for chips
@@ -57,7 +57,7 @@ class FastEngine(ChipEngine):
                  roms: dict[str, list[int]] | None = None, threads: int | None = None,
                  progress: Callable[[str], None] | None = None):
         from backends.merge.engine import is_merged, take_merged
-        if is_merged(path):             # the chip of a routed merged checkpoint
+        if is_merged(path):             # the chip of a merged checkpoint
             take_merged(self, Path(path), dtype, roms)
             where = self.merged
         else:

@@ -1,6 +1,8 @@
-"""The chip inside a routed merged checkpoint, as an engine.
+"""The chip inside a merged checkpoint, as an engine.
 
-Takes: a directory written by ``deltachip merge`` (routed layout). Gives:
+Takes: a directory written by ``deltachip merge``. Gives: :func:`read_manifest` (either
+layout), :func:`open_merged` (the hf engine of either layout; the stock one is
+:mod:`backends.merge.stock_engine`) and, for the routed layout,
 :class:`MergedEngine`, the :class:`backends.engine.ChipEngine` interface over the merged
 model loaded the way its users load it (``AutoModelForCausalLM.from_pretrained(DIR,
 trust_remote_code=True)``): every step is a call of the whole merged model with the chip's
@@ -27,9 +29,38 @@ from backends.engine import ChipEngine
 
 MANIFEST = "deltachip.json"
 FORMAT = "deltachip-merge"
+LAYOUTS = ("routed", "stock")
 
 
-class MergedEngine(ChipEngine):
+class ChipIds:
+    """The steps of an engine over a merged model, whose chip ids start at ``offset``: each
+    call runs the whole merged model on the chip's ids shifted there, and the argmax is
+    shifted back (:meth:`_chip_ids`)."""
+    offset: int
+    merged: Path
+
+    def _chip_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1) - self.offset
+
+    @torch.no_grad()
+    def decode_step(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
+        """One token per row through the merged model; the argmax ids [B] (chip ids)."""
+        x = torch.tensor(list(ids), dtype=torch.long)[:, None] + self.offset
+        return self._chip_ids(self.model(input_ids=x, cache=cache, use_cache=True
+                                         ).logits[:, -1])
+
+    @torch.no_grad()
+    def prefill(self, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
+        if self.byte_cells_inexact() and ids.shape[-1] > 1:
+            raise ChipDirError(f"{self.merged}: this chip stores bytes in memory cells, which "
+                               "fp32 chunked prefill does not read exactly: decode token by "
+                               "token")
+        cache = cache if cache is not None else self.new_cache(ids.shape[0])
+        out = self.model(input_ids=ids + self.offset, cache=cache, use_cache=True)
+        return self._chip_ids(out.logits), cache
+
+
+class MergedEngine(ChipIds, ChipEngine):
     """A routed merged checkpoint's chip (see the module docstring)."""
 
     name = "hf"
@@ -37,6 +68,9 @@ class MergedEngine(ChipEngine):
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None):
         take_merged(self, Path(path), dtype, roms)
+        if self.manifest["layout"] != "routed":
+            raise ChipDirError(f"{self.merged}: a {self.manifest['layout']} merge; "
+                               "open_merged() gives its engine")
         self.model = self._load_model()
         self.offset = int(self.model.config.chip_token_offset)
         self.config = self.model.chip.model.config
@@ -72,23 +106,6 @@ class MergedEngine(ChipEngine):
         cache.chip = chip
         return cache
 
-    @torch.no_grad()
-    def decode_step(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
-        """One token per row through the merged model; the argmax ids [B] (chip ids)."""
-        x = torch.tensor(list(ids), dtype=torch.long)[:, None] + self.offset
-        out = self.model(input_ids=x, cache=cache, use_cache=True)
-        return out.logits[:, -1].argmax(-1) - self.offset
-
-    @torch.no_grad()
-    def prefill(self, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
-        if self.byte_cells_inexact() and ids.shape[-1] > 1:
-            raise ChipDirError(f"{self.merged}: this chip stores bytes in memory cells, which "
-                               "fp32 chunked prefill does not read exactly: decode token by "
-                               "token")
-        cache = cache if cache is not None else self.new_cache(ids.shape[0])
-        out = self.model(input_ids=ids + self.offset, cache=cache, use_cache=True)
-        return out.logits.argmax(-1) - self.offset, cache
-
     def recurrent_state(self, cache: Any, layer: int, row: int) -> torch.Tensor:
         return cache.chip.layers[layer].recurrent_states[0][row]
 
@@ -100,16 +117,31 @@ def is_merged(d: str | Path) -> bool:
 
 def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
                 roms: dict[str, list[int]] | None) -> None:
-    """Set up ``eng`` (any :class:`ChipEngine`) for the chip of the routed merged checkpoint
-    ``d``: ``eng.merged``, ``eng.manifest``, and ChipEngine's reading of chip.json from the
-    copy the merge keeps (``eng.path`` is ``d/deltachip``); the chip's settings in
-    ``d/config.json`` (``chip_config``) must be chip.json's."""
+    """Set up ``eng`` (any :class:`ChipEngine`) for the chip of the merged checkpoint ``d``
+    (either layout): ``eng.merged``, ``eng.manifest``, and ChipEngine's reading of chip.json
+    from the copy the merge keeps (``eng.path`` is ``d/deltachip``); ``d/config.json`` must
+    agree with chip.json (routed: its ``chip_config``; stock: the widened model's shapes,
+    :func:`backends.merge.stock_engine.stock_dims`)."""
     eng.merged = d
     eng.manifest = read_manifest(d)
     eng.path = d / "deltachip"
     eng.chip = load_chip_json(eng.path)
     eng._take_chip(dtype or eng.manifest.get("dtype"), roms)
-    check_chip_config(d, eng.chip)
+    if eng.manifest["layout"] == "stock":
+        from backends.merge.stock_engine import stock_dims
+        eng.dims = stock_dims(d, eng.manifest, eng.chip)
+    else:
+        check_chip_config(d, eng.chip)
+
+
+def open_merged(d: str | Path, dtype: str | None = None,
+                roms: dict[str, list[int]] | None = None) -> ChipEngine:
+    """The hf engine of merged checkpoint ``d``'s chip: :class:`MergedEngine` (routed) or
+    :class:`backends.merge.stock_engine.StockEngine` (stock, plain transformers)."""
+    if read_manifest(Path(d))["layout"] == "stock":
+        from backends.merge.stock_engine import StockEngine
+        return StockEngine(d, dtype, roms)
+    return MergedEngine(d, dtype, roms)
 
 
 def check_chip_config(d: Path, chip: dict[str, Any]) -> dict[str, list[int]]:
@@ -158,7 +190,7 @@ def read_manifest(d: Path) -> dict[str, Any]:
                            f"readable {MANIFEST})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise ChipDirError(f"--model {d}: {MANIFEST} is not a deltachip merge manifest")
-    if m.get("layout") != "routed":
-        raise ChipDirError(f"--model {d}: layout {m.get('layout')!r}; the chip path runs the "
-                           "routed layout")
+    if m.get("layout") not in LAYOUTS:
+        raise ChipDirError(f"--model {d}: layout {m.get('layout')!r}; expected one of "
+                           f"{', '.join(LAYOUTS)}: merge it again")
     return m

@@ -548,26 +548,16 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
 
     def _answer(self, ids: list[int], st: ToolCalls) -> list[int]:
         """The ids of the answer to the call whose text ids are ``ids`` (row state ``st``)."""
-        cfg = self.config.chip_bridge
-        if len(ids) > MAX_CALL_TOKENS:
-            out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
-                        {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None,
-                         "resumed": False})
-        else:
-            out, rec = self._run_call(self.chip.bridge.text(ids), st)
-        rec.update(call_tokens=len(ids), output=out.decode("utf-8", "replace"))
-        st.log.append(rec)
-        if out.endswith(b"\n"):
-            out = out[:-1]
-        return list(cfg["prefix"]) + [cfg["byte_ids"][c] for c in out] + list(cfg["suffix"])
+        return answer_call(self._chip_runner, self.config.chip_bridge,
+                           lambda: self.chip.bridge.text(ids), len(ids), st)
 
     def _run_call(self, text: bytes, st: ToolCalls) -> tuple[bytes, dict]:
-        """The program run with ``text`` as its UART input: resumed where the row's last
-        call parked it, else from its start; on deltachip's fast engine where it is
-        installed (the same weights, bit-identical), else on this model's own chip modules,
-        a token at a time."""
-        import time
-        cfg = self.config.chip_bridge
+        """:func:`call_output` on this model's runner (:meth:`_chip_runner`)."""
+        return call_output(self._chip_runner(), self.config.chip_bridge, text, st)
+
+    def _chip_runner(self):
+        """The runner of tool calls: deltachip's fast engine where it is installed (the
+        same weights, bit-identical), else this model's own chip modules."""
         if self._runner is None:
             try:
                 self._runner = FastChip(self.config._name_or_path)
@@ -576,19 +566,45 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
                 print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
                       file=sys.stderr)
                 self._runner = ModuleChip(self.chip)
-        t0 = time.perf_counter()
-        # an empty call would end a parked program: it runs on a fresh one (which says so)
-        parked = st.parked if text else None
-        r = run_call(self._runner, cfg, text, parked)
-        st.parked = r.pop("parked")
-        r["seconds"] = round(time.perf_counter() - t0, 3)
-        r["engine"] = self._runner.name
-        out = r.pop("output")
-        if r["fault"]:
-            out += b"\nerror: the computer stopped on a fault\n"
-        elif not r["ended"] and st.parked is None:
-            out += f"\nerror: no answer within {cfg['max_tokens']:,} steps\n".encode()
-        return out, r
+        return self._runner
+
+
+def answer_call(runner, cfg: dict, text, n_ids: int, st: ToolCalls) -> list[int]:
+    """The text ids of the answer to a call of ``n_ids`` text ids whose bytes ``text()``
+    gives, for row state ``st``: what :func:`call_output` gives (or an error when the call
+    is too long), between the bridge's prefix and suffix. The call is recorded in
+    ``st.log``."""
+    if n_ids > MAX_CALL_TOKENS:
+        out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
+                    {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None,
+                     "resumed": False})
+    else:
+        out, rec = call_output(runner(), cfg, text(), st)
+    rec.update(call_tokens=n_ids, output=out.decode("utf-8", "replace"))
+    st.log.append(rec)
+    if out.endswith(b"\n"):
+        out = out[:-1]
+    return list(cfg["prefix"]) + [cfg["byte_ids"][c] for c in out] + list(cfg["suffix"])
+
+
+def call_output(chip, cfg: dict, text: bytes, st: ToolCalls) -> tuple[bytes, dict]:
+    """What the program prints with ``text`` as its UART input (resumed where row state
+    ``st``'s last call parked it, else from its start; on ``chip``, a runner of
+    :func:`run_call`), with an error line when the run faults or runs out of steps; and the
+    run's record (tokens, instructions, seconds, engine, resumed)."""
+    import time
+    t0 = time.perf_counter()
+    # an empty call would end a parked program: it runs on a fresh one (which says so)
+    rec = run_call(chip, cfg, text, st.parked if text else None)
+    st.parked = rec.pop("parked")
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    rec["engine"] = chip.name
+    out = rec.pop("output")
+    if rec["fault"]:
+        out += b"\nerror: the computer stopped on a fault\n"
+    elif not rec["ended"] and st.parked is None:
+        out += f"\nerror: no answer within {cfg['max_tokens']:,} steps\n".encode()
+    return out, rec
 
 
 class ModuleChip:
@@ -679,17 +695,22 @@ class FastChip:
     name = "fast"
 
     def __init__(self, path: str):
-        import json
-        from pathlib import Path
         import numpy as np
         from backends.fast.engine import FastEngine
-        d = Path(path)
-        manifest = json.loads((d / "deltachip.json").read_text())
-        roms = {mem: [int(w, 16) for w in (d / rel).read_text().split()]
-                for mem, rel in (manifest["chip"].get("roms") or {}).items()}
-        self.eng = FastEngine(d, roms=roms, threads=1)
+        self.eng = FastEngine(path, roms=self.roms(path), threads=1)
         self._np = np
         self._stop: tuple | None = None
+
+    @staticmethod
+    def roms(path) -> dict:
+        """The merged program's memory images (``deltachip/roms/*.hex``, as the manifest
+        names them): memory name -> words."""
+        import json
+        from pathlib import Path
+        d = Path(path)
+        manifest = json.loads((d / "deltachip.json").read_text())
+        return {mem: [int(w, 16) for w in (d / rel).read_text().split()]
+                for mem, rel in (manifest["chip"].get("roms") or {}).items()}
 
     def new(self):
         """The state of a new run (a fast-engine stream at its start)."""

@@ -37,7 +37,11 @@ base's with the new width, layers, ``layer_types`` and vocabulary, untied), the 
 with the chip's tokens (:mod:`backends.merge.routed`), ``deltachip.json`` (layout ``stock``,
 the dims above), ``deltachip/chip.json``, ``deltachip/roms/*.hex`` and
 ``deltachip/rom_states.safetensors`` (each memory image as the initial GDN state of its chip
-layer, fp32 bits as int32; :func:`chip_cache` loads it). Built tensor by tensor, in chunks
+layer, fp32 bits as int32; :func:`chip_cache` loads it); with ``firmware`` (the core and a
+program: the program's images are the memory images), the manifest's ``firmware`` and
+``bridge`` entries and ``deltachip/bridge.safetensors`` (the tool-call bridge's byte
+tables, :mod:`backends.merge.bridge`, for the driver :mod:`backends.merge.stock_calls`).
+The chip in it runs as an engine: :mod:`backends.merge.stock_engine`. Built tensor by tensor, in chunks
 of at most 16 MiB, in a temporary directory renamed into place; BASE_DIR and the chip are
 only read.
 """
@@ -55,8 +59,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from backends.merge.base import INDEX, Base, read_base
-from backends.merge.routed import (DISK_MARGIN, DTYPE_NAMES, MergeReport, _Chip, _manifest,
-                                   _read_chip, _rom_hex, _text_files, chip_token_names,
+from backends.merge.routed import (DISK_MARGIN, DTYPE_NAMES, MergeReport, _bridge, _Chip,
+                                   _manifest, _read_chip, _rom_hex, _text_files, chip_token_names,
                                    prepare_output, shard_name)
 from backends.merge.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, TensorEntry,
                                    _header_bytes, write_file)
@@ -72,6 +76,8 @@ MUTE = 2.0 ** 12
 #: how far down the base's lm_head rows go on a chip token
 TEXT_FLOOR = 2.0 ** 16
 ROM_STATES = "deltachip/rom_states.safetensors"
+#: the tool-call bridge's byte tables (backends/merge/bridge.py), for the driver
+BRIDGE_TABLES = "deltachip/bridge.safetensors"
 #: the chip fields that must equal the base's: the merged model has one set of module shapes
 SAME_FIELDS = ("intermediate_size", "linear_num_key_heads", "linear_key_head_dim",
                "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
@@ -424,16 +430,19 @@ class StockReport(MergeReport):
 
 def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                 dtype: str | None = None,
-                progress: Callable[[str], None] | None = None) -> StockReport:
+                progress: Callable[[str], None] | None = None,
+                firmware: Any = None) -> StockReport:
     """Write the stock merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
-    the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's."""
+    the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
+    ``firmware`` (:class:`cpu.rv32.merged.Firmware`, the chip being the core): a RISC-V
+    program whose memory images replace the chip's, recorded in the manifest."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
     say("reading the base")
     base = read_base(base_dir)
     say("reading the chip")
-    chip = _read_chip(chip_dir, dtype)
+    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None)
     dtype = chip.chip["dtype"]
     check_chip_fits(base, chip)
     lay = plan_layout(base, chip)
@@ -474,7 +483,7 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
         (tmp / "deltachip" / "roms").mkdir(parents=True)
         (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
         rom_files = {}
-        for mem, words in sorted(chip.chip["roms"].items()):
+        for mem, words in sorted(chip.roms.items()):
             rom_files[mem] = f"deltachip/roms/{mem}.hex"
             (tmp / rom_files[mem]).write_text(
                 _rom_hex(words, chip.chip["memories"][mem]["width"]))
@@ -487,6 +496,15 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                              "rom_states": ROM_STATES if roms else None,
                              "rom_layers": sorted(chip.rom_states),
                              "mtp_dropped": any(t.startswith("mtp.") for t in pl.bt)}
+        if firmware is not None:
+            manifest["firmware"] = firmware.manifest()
+            bridge = _bridge(base, chip)
+            if isinstance(bridge, str):
+                manifest["bridge"] = {"tool_calls": False, "why": bridge}
+            else:
+                write_file(tmp / BRIDGE_TABLES, bridge.tensors, {"format": "pt"})
+                manifest["bridge"] = {"tool_calls": True, "config": bridge.config,
+                                      "tables": BRIDGE_TABLES}
         (tmp / "deltachip.json").write_text(json.dumps(manifest, indent=2) + "\n")
     chip_bytes = sum(p.nbytes for s in chip_shards for p in s)
     return StockReport(out, base.nbytes, sum(sizes) + extra, chip_bytes,

@@ -401,14 +401,15 @@ class HFCore(CoreEngine):
 
 
 class MergedCore(HFCore):
-    """The core inside a routed merged checkpoint (``deltachip merge --firmware``): every
-    token through the whole merged model, routed to its chip part
-    (:class:`backends.merge.engine.MergedEngine`), the run's program preloaded."""
+    """The core inside a merged checkpoint (``deltachip merge --firmware``): every token
+    through the whole merged model (:func:`backends.merge.engine.open_merged`: routed to its
+    chip part, or through the stock layout's widened plain model), the run's program
+    preloaded."""
     name = "hf"
 
     def _load(self, path: Path, dtype: str) -> Any:
-        from backends.merge.engine import MergedEngine
-        return MergedEngine(path, dtype, roms=self.image.images)
+        from backends.merge.engine import open_merged
+        return open_merged(path, dtype, roms=self.image.images)
 
 
 class FastCore(HFCore):
@@ -434,9 +435,9 @@ class FastCore(HFCore):
 
 
 class MergedFastCore(FastCore):
-    """The core inside a routed merged checkpoint on the fast engine: the merged files' chip
-    part (its layers and its stored token tables) run by the fast kernel, bit-identical to
-    :class:`MergedCore`."""
+    """The core inside a merged checkpoint on the fast engine: the merged files' chip part
+    (routed: its layers and its stored token tables; stock: cut out of the widened model's
+    tensors) run by the fast kernel, bit-identical to :class:`MergedCore`."""
 
     def _load(self, path: Path, dtype: str) -> Any:
         from backends.fast.engine import FastEngine
@@ -481,8 +482,8 @@ class CoreBatch:
         from backends.target import get_target
         self.name, self.target = engine, target
         if model is not None and engine == "hf":      # a merged checkpoint's chip
-            from backends.merge.engine import MergedEngine
-            self.eng: Any = MergedEngine(model, dtype)
+            from backends.merge.engine import open_merged
+            self.eng: Any = open_merged(model, dtype)
         elif model is not None:
             from backends.fast.engine import FastEngine
             self.eng = FastEngine(model, dtype, threads=1)
@@ -555,7 +556,7 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
               model: Path | None = None) -> HFCore:
     """``deltachip run --engine hf [--target T] [--dtype D]``: the full core, compiled (and
     cached) for ``target``/``dtype``, in transformers (or on ``engine``). ``--model DIR``: the
-    core inside the routed merged checkpoint DIR instead (:class:`MergedCore`; the core's
+    core inside the merged checkpoint DIR (either layout) instead (:class:`MergedCore`; the core's
     sizes and dtype are the merge's)."""
     if model is not None:
         from backends.merge.engine import read_manifest
@@ -575,7 +576,7 @@ def core_batch(path: Path, inputs: list[bytes], engine: str = "fast", target: st
                dtype: str | None = None, threads: int | None = None,
                model: Path | None = None) -> CoreBatch:
     """The program once per input, all streams on one ``engine`` (hf or fast; ``model``: hf
-    on a routed merged checkpoint). An input that does not fit is refused as
+    on a merged checkpoint). An input that does not fit is refused as
     ``ElfError("K: why")``, K its 1-based line."""
     sizes = FULL
     if model is not None:
@@ -605,7 +606,7 @@ def fast_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
 def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",
                 dtype: str | None = None, model: Path | None = None) -> FastCore:
     """``deltachip run --engine fast``: the same compiled core as ``hf``, on the fast
-    engine (``--model DIR``: the core inside a routed merged checkpoint)."""
+    engine (``--model DIR``: the core inside a merged checkpoint)."""
     return hf_engine(path, input_text, target, dtype, FastCore, model)
 
 

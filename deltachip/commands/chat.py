@@ -1,7 +1,7 @@
 """``deltachip chat MODEL_DIR``: talk to a merged model that answers its own tool calls.
 
-Takes: a routed merged checkpoint with the tool-call bridge (``deltachip merge BASE OUT
---firmware calc``), ``--prompt TEXT`` (else one prompt a line from standard input),
+Takes: a merged checkpoint with the tool-call bridge (``deltachip merge BASE OUT
+--firmware calc``, either layout), ``--prompt TEXT`` (else one prompt a line from standard input),
 ``--max-new-tokens N``, ``--show-trace``. Gives: the reply streamed on stdout; with
 ``--show-trace``, one line per tool call on stderr (the call's tokens, the chip's tokens,
 instructions retired, seconds, engine, what the program printed). :mod:`deltachip.chat`.

@@ -3,7 +3,7 @@
 Takes: BASE_DIR (a local Qwen3.5 text checkpoint: config.json, safetensors single or sharded
 with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``) or
 ``--firmware calc|PROG.elf`` (the RISC-V core for the base's shapes from the core cache,
-``--target`` to choose another, with the program's memory images; routed layout), ``--dtype``
+``--target`` to choose another, with the program's memory images), ``--dtype``
 (default: the chip's; it must be the chip's), ``--tables`` (how the chip's token tables are
 stored; routed) and ``--layout`` (``routed`` or ``stock``). Gives: OUT_DIR as
 :mod:`backends.merge.routed` or :mod:`backends.merge.stock` describes it, written
@@ -37,6 +37,8 @@ EPILOG = """examples:
   deltachip compile examples/counter/counter.hdl --target ~/models/qwen3.5-text/config.json \
       -o build/counter-q
   deltachip merge ~/models/qwen3.5-text build/stock --chip build/counter-q --layout stock
+  deltachip merge ~/models/qwen3.5-text build/stock-calc --firmware calc --layout stock
+  deltachip chat build/stock-calc --prompt 'What is 2**100 exactly?' --show-trace
 
 Details, what the layout promises and what it does not support: docs/merge.md.
 """
@@ -86,9 +88,6 @@ def merge_command(args: argparse.Namespace) -> int:
     if args.target is not None and args.firmware is None:
         raise UserError("--target applies to --firmware (the core is compiled for it); a "
                         "--chip is merged as it was compiled")
-    if args.layout == "stock" and args.firmware is not None:
-        raise UserError("--firmware merges into the routed layout only (the stock layout "
-                        "takes a --chip compiled for the base's shapes)")
     if args.firmware is not None:
         from pathlib import Path
         from backends.merge.base import read_base
@@ -101,7 +100,8 @@ def merge_command(args: argparse.Namespace) -> int:
         chip = core_for(firmware, target, args.dtype or "bf16", progress=say)
     if args.layout == "stock":
         from backends.merge.stock import merge_stock
-        r = merge_stock(args.base, args.output, chip, args.dtype, progress=say)
+        r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,
+                        firmware=firmware)
     else:
         r = merge_routed(args.base, args.output, chip, args.dtype, progress=say,
                          tables=args.tables, firmware=firmware)

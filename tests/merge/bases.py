@@ -24,10 +24,10 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% endif %}")
 
 
-def tiny_config(tied: bool, layers: int = 4):
+def tiny_config(tied: bool, layers: int = 4, intermediate: int = 128):
     from transformers import Qwen3_5TextConfig
     return Qwen3_5TextConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=intermediate, num_hidden_layers=layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=32,
         linear_num_key_heads=16, linear_key_head_dim=128, linear_num_value_heads=32,
         linear_value_head_dim=128, linear_conv_kernel_dim=4,
@@ -53,12 +53,13 @@ def make_tokenizer(path: Path) -> None:
 
 
 def make_base(path: Path, tied: bool, seed: int = 0, shard_bytes: int | None = None,
-              layers: int = 4) -> Path:
+              layers: int = 4, intermediate: int = 128) -> Path:
     """A random tiny Qwen3.5 text checkpoint (bf16) with its tokenizer at ``path``;
-    ``shard_bytes`` splits the weights into shards with an index."""
+    ``shard_bytes`` splits the weights into shards with an index; ``intermediate`` its MLP
+    width (9,216, Qwen3.5-4B's, takes the RISC-V core compiled for qwen3.5-4b)."""
     from transformers import GenerationConfig, Qwen3_5ForCausalLM
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(tiny_config(tied, layers))
+    model = Qwen3_5ForCausalLM(tiny_config(tied, layers, intermediate))
     with torch.no_grad():           # norms and GDN gates away from their neutral init
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):

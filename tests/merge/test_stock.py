@@ -24,37 +24,6 @@ PROMPTS = ["the quick brown fox jumps over the lazy dog",
            "numbers 0 1 2 3 4 5 6 7 8 9 and words: compute, tool, call, answer"]
 
 
-@pytest.fixture(scope="session")
-def qchips(tmp_path_factory, bases) -> dict:
-    """The counter (bf16, fp32) and the stack machine (bf16, a ROM) compiled for the tiny
-    bases' module shapes (``--target BASE/config.json``)."""
-    import deltachip
-    d = tmp_path_factory.mktemp("qchips")
-    target = str(bases["tied"] / "config.json")
-    out = {}
-    for name, src, dtype in (("counter", "counter/counter.hdl", "bf16"),
-                             ("counter32", "counter/counter.hdl", "fp32"),
-                             ("stack", "stack_machine/stack_machine.hdl", "bf16")):
-        circuit = deltachip.load(str(ROOT / "examples" / src))
-        out[name] = deltachip.compile(circuit, target=target, dtype=dtype).save(d / name)
-    return out
-
-
-@pytest.fixture(scope="session")
-def stock(tmp_path_factory, bases, qchips):
-    """stock(base, chip) -> (OUT_DIR, report), each pair merged once a session."""
-    from backends.merge.stock import merge_stock
-    d = tmp_path_factory.mktemp("stock")
-    done: dict = {}
-
-    def get(base: str, chip: str):
-        if (base, chip) not in done:
-            out = d / f"{base}-{chip}"
-            done[base, chip] = (out, merge_stock(bases[base], out, qchips[chip]))
-        return done[base, chip]
-    return get
-
-
 def _plain(path, dtype):
     from transformers import Qwen3_5ForCausalLM
     from transformers.utils import logging as hf_logging

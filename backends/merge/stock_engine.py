@@ -1,0 +1,198 @@
+"""The chip inside a stock merged checkpoint, as an engine.
+
+Takes: a directory written by ``deltachip merge --layout stock`` (:mod:`backends.merge.stock`
+describes its residual and layers). Gives:
+
+- :func:`stock_dims`: where the chip sits in it (:class:`StockDims`), read from the manifest
+  and checked against the widened model's config.json and the chip's chip.json (the copy
+  the merge keeps in ``DIR/deltachip``): a checkpoint that disagrees is a ChipDirError,
+  never a silently different run;
+- :class:`StockEngine`: the :class:`backends.engine.ChipEngine` interface (engine ``hf``) over
+  the merged checkpoint loaded the way its users load it, by plain transformers
+  (``AutoModelForCausalLM``, no remote code). Every step is a call of the whole widened
+  model, chip layers then base layers, with the chip's ids (``offset + id``); the next
+  token is the argmax over the whole vocabulary (a text id winning there is an error). The
+  cache starts the chip's layers as the hf engine starts a chip, with the run's memory
+  images (``roms``) in their GDN states, and leaves the base's layers fresh;
+- :class:`StockChip`: the chip's tensors cut out of the merged files (its layers' rows and
+  columns at the chip's dims, its ids' embedding and lm_head rows, its final norm's dims),
+  under the chip's own names: what the fast engine reads (``deltachip run --engine fast
+  --model DIR``), so it runs the very bytes plain transformers runs.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from backends.checkpoint import ChipDirError
+from backends.hf_engine import HFEngine, load_checked
+from backends.merge.engine import ChipIds, take_merged
+
+#: what to do about a stock checkpoint this module refuses
+REMERGE = "merge it again (`deltachip merge BASE_DIR OUT_DIR --layout stock ...`)"
+#: the chip's tensors whose columns / rows are hidden dims, and its hidden norms
+#: (backends.merge.stock writes them at the chip's dims)
+_COLS = ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_a.weight", "in_proj_b.weight",
+         "q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
+         "up_proj.weight")
+_ROWS = ("out_proj.weight", "o_proj.weight", "down_proj.weight")
+_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")
+EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+#: the config fields of the widened model that must be the chip's own
+_SAME = ("intermediate_size", "linear_num_key_heads", "linear_key_head_dim",
+         "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
+         "rms_norm_eps")
+#: the largest config.json read
+_MAX_CONFIG = 1 << 20
+
+
+@dataclass(frozen=True)
+class StockDims:
+    """Where the chip sits in a stock merge: dims ``[hb, hb + hc)`` of a residual of
+    ``hidden``; decoder layers ``[0, layers)``; ids ``[offset, offset + vocab)``."""
+    hb: int
+    hc: int
+    hidden: int
+    layers: int
+    offset: int
+    vocab: int
+
+    @property
+    def dims(self) -> slice:
+        return slice(self.hb, self.hb + self.hc)
+
+
+def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> StockDims:
+    """The chip's place in the stock merge at ``d`` (see the module docstring)."""
+    from common.inputs import InputTooLarge, read_bounded
+    f = d / "config.json"
+    try:
+        cfg = json.loads(read_bounded(f, _MAX_CONFIG, "a Qwen3.5 config.json"))
+        st, tokens = manifest["stock"], manifest["tokens"]
+        (hb, h1), (l0, lc) = st["chip_dims"], st["chip_layers"]
+        hidden, offset, vocab = st["hidden"], tokens["offset"], tokens["count"]
+    except (OSError, InputTooLarge, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ChipDirError(f"{f}: unreadable or not JSON: {REMERGE}") from None
+    except (KeyError, TypeError, ValueError):
+        raise ChipDirError(f"{d / 'deltachip.json'}: its stock section or token range is "
+                           f"missing or malformed: {REMERGE}") from None
+    if not all(type(x) is int and x >= 0 for x in (hb, h1, l0, lc, hidden, offset, vocab)):
+        raise ChipDirError(f"{d / 'deltachip.json'}: its stock dims are not counts: {REMERGE}")
+    ccfg = chip["config"]
+    kinds = cfg.get("layer_types") if isinstance(cfg, dict) else None
+    want = {"hidden_size": hidden, "vocab_size": offset + vocab}
+    want.update({k: ccfg.get(k) for k in _SAME})
+    problems = [f"config.json's {k} is {cfg.get(k)!r}, not {v!r}" for k, v in want.items()
+                if not isinstance(cfg, dict) or cfg.get(k) != v]
+    if h1 - hb != ccfg["hidden_size"] or h1 >= hidden:
+        problems.append(f"the chip's dims [{hb}, {h1}) do not hold its residual of "
+                        f"{ccfg['hidden_size']} in a residual of {hidden}")
+    if l0 != 0 or lc != ccfg["num_hidden_layers"] - 1:
+        problems.append(f"the chip's layers [{l0}, {lc}) are not its first "
+                        f"{ccfg['num_hidden_layers'] - 1} GDN layers")
+    elif not isinstance(kinds, list) or kinds[:lc] != ccfg["layer_types"][:lc]:
+        problems.append("config.json's layer_types do not start with the chip's layers")
+    if vocab != ccfg["vocab_size"]:
+        problems.append(f"the token range holds {vocab} ids, the chip {ccfg['vocab_size']}")
+    if problems:
+        raise ChipDirError(f"{d}: the stock merge does not match deltachip/chip.json "
+                           f"({problems[0]}): {REMERGE}")
+    return StockDims(hb, h1 - hb, hidden, lc, offset, vocab)
+
+
+class StockEngine(ChipIds, HFEngine):
+    """A stock merged checkpoint's chip in plain transformers (see the module docstring)."""
+
+    name = "hf"
+
+    def __init__(self, path: str | Path, dtype: str | None = None,
+                 roms: dict[str, list[int]] | None = None, model: Any = None):
+        """``model``: the merged checkpoint already loaded (in this engine's dtype), to share
+        it; else it is loaded here."""
+        take_merged(self, Path(path), dtype, roms)      # sets self.dims
+        self.model = model if model is not None else load_checked(self.merged, self.dtype,
+                                                                  REMERGE)
+        self.config = self.model.config
+        self.offset = self.dims.offset
+
+    @property
+    def chip_layers(self) -> int:
+        return self.dims.layers
+
+    def _chip_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        ids = logits.argmax(-1) - self.offset
+        if bool((ids < 0).any()):
+            raise ChipDirError(f"{self.merged}: a text id won on a chip position (the merge "
+                               f"does not keep the chip exact): {REMERGE}")
+        return ids
+
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]):
+        """As the hf engine's, the chip's dims found at their place in the wide residual."""
+        return super().sublayer_taps([d + self.dims.hb for d in dims])
+
+
+class StockChip:
+    """The chip's tensors in a stock merge, under the chip's own names (see the module
+    docstring): the interface of :class:`backends.fast.weights.Tensors` (``names``,
+    ``shape``, ``raw``, ``get``) over ``t``, the merged checkpoint's files."""
+
+    def __init__(self, t: Any, dims: StockDims):
+        self.t, self.d, self.path = t, dims, t.path
+
+    def _where(self, name: str) -> tuple[slice, ...] | None:
+        """How ``name``'s tensor is cut from the merged tensor of that name (None: not one
+        of the chip's)."""
+        d = self.d
+        m = _LAYER.match(name)
+        if m:
+            if int(m.group(1)) >= d.layers:
+                return None
+            if name.endswith(_COLS):
+                return (slice(None), d.dims)
+            if name.endswith(_ROWS):
+                return (d.dims, slice(None))
+            return (d.dims,) if name.endswith(_NORMS) else ()
+        if name in (EMBED, HEAD):
+            return (slice(d.offset, d.offset + d.vocab), d.dims)
+        return (d.dims,) if name == NORM else None
+
+    def __contains__(self, name: str) -> bool:
+        return self._where(name) is not None and name in self.t
+
+    def names(self) -> Iterator[str]:
+        return iter([n for n in self.t.names() if self._where(n) is not None])
+
+    def _cut(self, name: str) -> tuple[slice, ...]:
+        cut = self._where(name)
+        if cut is None:
+            raise ChipDirError(f"{self.path}: {name} is not one of the chip's tensors")
+        full = self.t.shape(name)
+        fits = len(full) >= len(cut) and all(
+            f == self.d.hidden if s == self.d.dims else s.stop is None or f == s.stop
+            for s, f in zip(cut, full))
+        if not fits:
+            raise ChipDirError(f"{self.path}: {name} has shape {list(full)}, which does not "
+                               f"hold the chip's part of it: {REMERGE}")
+        return cut
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        cut, full = self._cut(name), self.t.shape(name)
+        return tuple(len(range(*s.indices(n))) for s, n in zip(cut, full)) + full[len(cut):]
+
+    def raw(self, name: str) -> tuple[np.ndarray, str]:
+        words, kind = self.t.raw(name)
+        return words[self._cut(name)], kind
+
+    def get(self, name: str) -> np.ndarray:
+        from backends.fast.weights import widen
+        words, kind = self.raw(name)
+        if kind not in ("BF16", "F32"):
+            raise ChipDirError(f"{self.path}: {name} is {kind}, not a float tensor")
+        return widen(np.asarray(words)) if kind == "BF16" else np.array(words, np.float32)
