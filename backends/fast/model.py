@@ -20,7 +20,6 @@ ballast dominating each norm, a clear argmax) the kernel checks on every token.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -234,15 +234,9 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
     if tables not in TABLES:
         raise ValueError(f"tables must be one of {', '.join(TABLES)}, got {tables!r}")
-    say("reading the base")
-    base = read_base(base_dir)
-    say("reading the chip")
-    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None)
+    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say)
+    base, chip, names, offset, texts = inp.base, inp.chip, inp.names, inp.offset, inp.texts
     dtype = chip.chip["dtype"]
-    prepare_output(out, base_dir, chip_dir)
-    names = chip_token_names(chip.chip)
-    offset = base.vocab_size
-    texts = _text_files(base, names, offset)
     packed = None
     if tables != "plain":
         say("reading the chip's token tables")
@@ -285,12 +279,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     names_out = [shard_name(i, n) for i in range(n)]
     meta = {"format": "pt"}
     sizes = [h.size for h in base.files] + [file_size(s, meta) for s in chip_shards]
-    need = sum(sizes) + sum(len(b) for b in texts.values()) + DISK_MARGIN
-    parent = out.absolute().parent
-    free = shutil.disk_usage(parent).free
-    if free < need:
-        raise MergeError(f"OUT_DIR {out}: needs {need / 2**30:.2f} GiB, {parent} has "
-                         f"{free / 2**30:.2f} GiB free (nothing was written)")
+    check_disk(out, sum(sizes) + sum(len(b) for b in texts.values()))
 
     with building_dir(out, _out_error, "cannot write the merged checkpoint") as tmp:
         weight_map: dict[str, str] = {}
@@ -316,12 +305,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
         for fname, data in texts.items():
             (tmp / fname).write_bytes(data)
-        (tmp / "deltachip" / "roms").mkdir(parents=True)
-        (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
-        roms = {}
-        for mem, words in sorted(chip.roms.items()):
-            roms[mem] = f"deltachip/roms/{mem}.hex"
-            (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
+        roms = write_chip_files(tmp, chip)
         manifest = _manifest(base, chip, offset, names, dtype, roms)
         manifest["chip"]["tables"] = _tables_entry(chip, packed)
         if layers is not None and layers.config:
@@ -336,6 +320,55 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
                        sum(sizes[len(base.files):]), time.perf_counter() - t0, names_out,
                        len(names), offset)
+
+
+@dataclass
+class Inputs:
+    """What both layouts start from: the base and the chip read and checked, OUT_DIR safe to
+    build, the chip's token names from ``offset`` on, and the tokenizer and generation files
+    of the output (:func:`_text_files`)."""
+    base: Base
+    chip: _Chip
+    names: list[str]
+    offset: int
+    texts: dict[str, bytes]
+
+
+def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
+                firmware: Firmware | None, say: Callable[[str], None],
+                fits: Callable[[Base, _Chip], None] | None = None) -> Inputs:
+    """Read the base and the chip (the firmware's memory images in it), check that the chip
+    ``fits`` the base (a layout's own test), then OUT_DIR (:func:`prepare_output`)."""
+    say("reading the base")
+    base = read_base(base_dir)
+    say("reading the chip")
+    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None)
+    if fits is not None:
+        fits(base, chip)
+    prepare_output(out, base_dir, chip_dir)
+    names = chip_token_names(chip.chip)
+    return Inputs(base, chip, names, base.vocab_size, _text_files(base, names, base.vocab_size))
+
+
+def check_disk(out: Path, need: int) -> None:
+    """MergeError unless OUT_DIR's parent has ``need`` bytes (and the margin) free."""
+    parent = out.absolute().parent
+    free = shutil.disk_usage(parent).free
+    if free < need + DISK_MARGIN:
+        raise MergeError(f"OUT_DIR {out}: needs {(need + DISK_MARGIN) / 2**30:.2f} GiB, "
+                         f"{parent} has {free / 2**30:.2f} GiB free (nothing was written)")
+
+
+def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:
+    """``deltachip/chip.json`` (the chip's, byte for byte) and ``deltachip/roms/NAME.hex``
+    (the memory images merged) under ``tmp``; memory name -> its file."""
+    (tmp / "deltachip" / "roms").mkdir(parents=True)
+    (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
+    roms = {}
+    for mem, words in sorted(chip.roms.items()):
+        roms[mem] = f"deltachip/roms/{mem}.hex"
+        (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
+    return roms
 
 
 def _bridge(base: Base, chip: _Chip) -> Any:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,10 +57,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from backends.merge.base import INDEX, Base, read_base
-from backends.merge.routed import (DISK_MARGIN, DTYPE_NAMES, MergeReport, _bridge, _Chip,
-                                   _manifest, _read_chip, _rom_hex, _text_files, chip_token_names,
-                                   prepare_output, shard_name)
+from backends.merge.base import INDEX, Base
+from backends.merge.routed import (DTYPE_NAMES, MergeReport, _bridge, _Chip, _manifest,
+                                   check_disk, read_inputs, shard_name, write_chip_files)
 from backends.merge.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, TensorEntry,
                                    _header_bytes, write_file)
 from common.outputs import building_dir
@@ -439,17 +437,10 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
-    say("reading the base")
-    base = read_base(base_dir)
-    say("reading the chip")
-    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None)
+    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say, fits=check_chip_fits)
+    base, chip, names, offset, texts = inp.base, inp.chip, inp.names, inp.offset, inp.texts
     dtype = chip.chip["dtype"]
-    check_chip_fits(base, chip)
     lay = plan_layout(base, chip)
-    prepare_output(out, base_dir, chip_dir)
-    names = chip_token_names(chip.chip)
-    offset = base.vocab_size
-    texts = _text_files(base, names, offset)
     pl = _Planner(base, chip, lay)
     chip_shards = pl.chip_layers()
     shards = [s for s in chip_shards + pl.base_shards() if s]
@@ -458,12 +449,7 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
             for layer, b in chip.rom_states.items()]
     sizes = [plans_size(s) for s in shards]
     extra = sum(len(b) for b in texts.values()) + sum(t.nbytes for t in roms)
-    need = sum(sizes) + extra + DISK_MARGIN
-    parent = out.absolute().parent
-    free = shutil.disk_usage(parent).free
-    if free < need:
-        raise MergeError(f"OUT_DIR {out}: needs {need / 2**30:.2f} GiB, {parent} has "
-                         f"{free / 2**30:.2f} GiB free (nothing was written)")
+    check_disk(out, sum(sizes) + extra)
     n = len(shards)
     files = [shard_name(i, n) for i in range(n)]
     zeros = [0]
@@ -480,13 +466,7 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
             _config(base, pl.lc, lay, offset + len(names), dtype), indent=2) + "\n")
         for fname, data in texts.items():
             (tmp / fname).write_bytes(data)
-        (tmp / "deltachip" / "roms").mkdir(parents=True)
-        (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
-        rom_files = {}
-        for mem, words in sorted(chip.roms.items()):
-            rom_files[mem] = f"deltachip/roms/{mem}.hex"
-            (tmp / rom_files[mem]).write_text(
-                _rom_hex(words, chip.chip["memories"][mem]["width"]))
+        rom_files = write_chip_files(tmp, chip)
         if roms:
             write_file(tmp / ROM_STATES, roms, {"format": "pt"})
         manifest = _manifest(base, chip, offset, names, dtype, rom_files)

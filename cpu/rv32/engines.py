@@ -33,14 +33,12 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from cpu import memmap
 from cpu.emulator import ElfError, Retire, RunResult
 from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
 from common.errors import UserError
