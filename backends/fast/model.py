@@ -185,13 +185,13 @@ def _rms_scale(B: np.ndarray, H: int, eps: float) -> float:
 def _open(path: Path) -> tuple[dict[str, Any], Tensors | Prefixed]:
     """chip.json and the tensors of the chip at ``path``: a compiled directory, or a merged
     checkpoint (chip.json in ``deltachip/``; routed: the chip's tensors under ``chip.``;
-    stock: cut out of the widened model's, :class:`backends.merge.stock_engine.StockChip`)."""
+    stock: cut out of the widened model's, :class:`backends.merge.stock_chip.StockChip`)."""
     from backends.merge.engine import check_chip_config, is_merged, read_manifest
     if is_merged(path):
         manifest = read_manifest(path)
         chip = load_chip_json(path / "deltachip")
         if manifest["layout"] == "stock":
-            from backends.merge.stock_engine import StockChip, stock_dims
+            from backends.merge.stock_chip import StockChip, stock_dims
             return chip, StockChip(Tensors(path), stock_dims(path, manifest, chip))
         sparse = check_chip_config(path, chip)
         return chip, Prefixed(Tensors(path), "chip.", sparse,

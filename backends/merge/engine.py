@@ -1,8 +1,8 @@
 """The chip inside a merged checkpoint, as an engine.
 
 Takes: a directory written by ``deltachip merge``. Gives: :func:`read_manifest` (either
-layout), :func:`open_merged` (the hf engine of either layout; the stock one is
-:mod:`backends.merge.stock_engine`) and, for the routed layout,
+layout), :func:`open_merged` (the hf engine of either layout), :class:`StockEngine` (the
+stock layout's: plain transformers on the widened model, below) and, for the routed layout,
 :class:`MergedEngine`, the :class:`backends.engine.ChipEngine` interface over the merged
 model loaded the way its users load it (``AutoModelForCausalLM.from_pretrained(DIR,
 trust_remote_code=True)``): every step is a call of the whole merged model with the chip's
@@ -14,6 +14,14 @@ the merge keeps in ``DIR/deltachip/chip.json``.
 
 ``deltachip run PROG.elf --engine hf --model DIR`` runs the core this way
 (:class:`cpu.rv32.engines.MergedCore`).
+
+:class:`StockEngine`: the merged checkpoint loaded the way its users load it, by plain
+transformers (``AutoModelForCausalLM``, no remote code). Every step is a call of the whole
+widened model, chip layers then base layers, with the chip's ids (``offset + id``); the
+next token is the argmax over the whole vocabulary (a text id winning there is an error).
+The cache starts the chip's layers as the hf engine starts a chip, with the run's memory
+images (``roms``) in their GDN states, and leaves the base's layers fresh. Where the chip
+sits is :func:`backends.merge.stock_chip.stock_dims`.
 """
 from __future__ import annotations
 
@@ -26,6 +34,8 @@ import torch
 
 from backends.checkpoint import ChipDirError, load_chip_json
 from backends.engine import ChipEngine
+from backends.hf_engine import HFEngine, load_checked
+from backends.merge.stock_chip import REMERGE, stock_dims
 
 MANIFEST = "deltachip.json"
 FORMAT = "deltachip-merge"
@@ -110,6 +120,38 @@ class MergedEngine(ChipIds, ChipEngine):
         return cache.chip.layers[layer].recurrent_states[0][row]
 
 
+class StockEngine(ChipIds, HFEngine):
+    """A stock merged checkpoint's chip in plain transformers (see the module docstring)."""
+
+    name = "hf"
+
+    def __init__(self, path: str | Path, dtype: str | None = None,
+                 roms: dict[str, list[int]] | None = None, model: Any = None):
+        """``model``: the merged checkpoint already loaded (in this engine's dtype), to share
+        it; else it is loaded here."""
+        take_merged(self, Path(path), dtype, roms)      # sets self.dims
+        self.model = model if model is not None else load_checked(self.merged, self.dtype,
+                                                                  REMERGE)
+        self.config = self.model.config
+        self.offset = self.dims.offset
+
+    @property
+    def chip_layers(self) -> int:
+        return self.dims.layers
+
+    def _chip_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        ids = logits.argmax(-1) - self.offset
+        if bool((ids < 0).any()):
+            raise ChipDirError(f"{self.merged}: a text id won on a chip position (the merge "
+                               f"does not keep the chip exact): {REMERGE}")
+        return ids
+
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]):
+        """As the hf engine's, the chip's dims found at their place in the wide residual."""
+        return super().sublayer_taps([d + self.dims.hb for d in dims])
+
+
+
 def is_merged(d: str | Path) -> bool:
     """True when directory ``d`` holds a merge manifest (it may still be refused)."""
     return (Path(d) / MANIFEST).is_file()
@@ -121,14 +163,13 @@ def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
     (either layout): ``eng.merged``, ``eng.manifest``, and ChipEngine's reading of chip.json
     from the copy the merge keeps (``eng.path`` is ``d/deltachip``); ``d/config.json`` must
     agree with chip.json (routed: its ``chip_config``; stock: the widened model's shapes,
-    :func:`backends.merge.stock_engine.stock_dims`)."""
+    :func:`backends.merge.stock_chip.stock_dims`)."""
     eng.merged = d
     eng.manifest = read_manifest(d)
     eng.path = d / "deltachip"
     eng.chip = load_chip_json(eng.path)
     eng._take_chip(dtype or eng.manifest.get("dtype"), roms)
     if eng.manifest["layout"] == "stock":
-        from backends.merge.stock_engine import stock_dims
         eng.dims = stock_dims(d, eng.manifest, eng.chip)
     else:
         check_chip_config(d, eng.chip)
@@ -137,9 +178,8 @@ def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
 def open_merged(d: str | Path, dtype: str | None = None,
                 roms: dict[str, list[int]] | None = None) -> ChipEngine:
     """The hf engine of merged checkpoint ``d``'s chip: :class:`MergedEngine` (routed) or
-    :class:`backends.merge.stock_engine.StockEngine` (stock, plain transformers)."""
+    :class:`StockEngine` (stock, plain transformers)."""
     if read_manifest(Path(d))["layout"] == "stock":
-        from backends.merge.stock_engine import StockEngine
         return StockEngine(d, dtype, roms)
     return MergedEngine(d, dtype, roms)
 

@@ -41,9 +41,9 @@ layer, fp32 bits as int32; :func:`chip_cache` loads it); with ``firmware`` (the 
 program: the program's images are the memory images), the manifest's ``firmware`` and
 ``bridge`` entries and ``deltachip/bridge.safetensors`` (the tool-call bridge's byte
 tables, :mod:`backends.merge.bridge`, for the driver :mod:`backends.merge.stock_calls`).
-The chip in it runs as an engine: :mod:`backends.merge.stock_engine`. Built tensor by tensor, in chunks
-of at most 16 MiB, in a temporary directory renamed into place; BASE_DIR and the chip are
-only read.
+The chip in it runs as an engine: :class:`backends.merge.engine.StockEngine` (hf) and the
+fast engine (:mod:`backends.merge.stock_chip`). Built tensor by tensor, in chunks of at most
+16 MiB, in a temporary directory renamed into place; BASE_DIR and the chip are only read.
 """
 from __future__ import annotations
 

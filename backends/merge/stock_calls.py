@@ -99,7 +99,7 @@ class StockCalls:
             try:
                 self._runner = FastChip(str(self.d))
             except Exception as e:          # refused or not built: say why, once
-                from backends.merge.stock_engine import StockEngine
+                from backends.merge.engine import StockEngine
                 print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
                       file=sys.stderr)
                 self._runner = EngineChip(StockEngine(self.d, model=self.model,

@@ -1,5 +1,5 @@
 """The chip inside a stock merge as an engine: ``hf`` (plain transformers on the widened
-model, :class:`backends.merge.stock_engine.StockEngine`) checked step by step against the
+model, :class:`backends.merge.engine.StockEngine`) checked step by step against the
 hf engine on the chip alone, and ``fast`` (the chip's tensors cut out of the merged files)
 checked step by step against that; a stock merge that disagrees with its chip is refused.
 The RISC-V core with a program in the stock layout, against ``ref``: the slow test at the
@@ -34,7 +34,7 @@ def test_stock_engine_steps_as_the_chip_alone(stock, qchips, chip, dtype):
     read back from its chip layers are the same."""
     from backends.hf_engine import HFEngine
     from backends.merge.engine import open_merged
-    from backends.merge.stock_engine import StockEngine
+    from backends.merge.engine import StockEngine
     out, _ = stock("tied", chip)
     eng = open_merged(out)
     assert isinstance(eng, StockEngine) and eng.dtype_name == dtype

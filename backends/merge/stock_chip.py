@@ -1,4 +1,4 @@
-"""The chip inside a stock merged checkpoint, as an engine.
+"""The chip inside a stock merged checkpoint: where it sits, and its tensors.
 
 Takes: a directory written by ``deltachip merge --layout stock`` (:mod:`backends.merge.stock`
 describes its residual and layers). Gives:
@@ -7,17 +7,13 @@ describes its residual and layers). Gives:
   and checked against the widened model's config.json and the chip's chip.json (the copy
   the merge keeps in ``DIR/deltachip``): a checkpoint that disagrees is a ChipDirError,
   never a silently different run;
-- :class:`StockEngine`: the :class:`backends.engine.ChipEngine` interface (engine ``hf``) over
-  the merged checkpoint loaded the way its users load it, by plain transformers
-  (``AutoModelForCausalLM``, no remote code). Every step is a call of the whole widened
-  model, chip layers then base layers, with the chip's ids (``offset + id``); the next
-  token is the argmax over the whole vocabulary (a text id winning there is an error). The
-  cache starts the chip's layers as the hf engine starts a chip, with the run's memory
-  images (``roms``) in their GDN states, and leaves the base's layers fresh;
 - :class:`StockChip`: the chip's tensors cut out of the merged files (its layers' rows and
   columns at the chip's dims, its ids' embedding and lm_head rows, its final norm's dims),
   under the chip's own names: what the fast engine reads (``deltachip run --engine fast
   --model DIR``), so it runs the very bytes plain transformers runs.
+
+The hf engine on a stock merge (plain transformers on the whole widened model) is
+:class:`backends.merge.engine.StockEngine`.
 """
 from __future__ import annotations
 
@@ -25,14 +21,11 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
-import torch
 
 from backends.checkpoint import ChipDirError
-from backends.hf_engine import HFEngine, load_checked
-from backends.merge.engine import ChipIds, take_merged
 
 #: what to do about a stock checkpoint this module refuses
 REMERGE = "merge it again (`deltachip merge BASE_DIR OUT_DIR --layout stock ...`)"
@@ -105,37 +98,6 @@ def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> Stock
         raise ChipDirError(f"{d}: the stock merge does not match deltachip/chip.json "
                            f"({problems[0]}): {REMERGE}")
     return StockDims(hb, h1 - hb, hidden, lc, offset, vocab)
-
-
-class StockEngine(ChipIds, HFEngine):
-    """A stock merged checkpoint's chip in plain transformers (see the module docstring)."""
-
-    name = "hf"
-
-    def __init__(self, path: str | Path, dtype: str | None = None,
-                 roms: dict[str, list[int]] | None = None, model: Any = None):
-        """``model``: the merged checkpoint already loaded (in this engine's dtype), to share
-        it; else it is loaded here."""
-        take_merged(self, Path(path), dtype, roms)      # sets self.dims
-        self.model = model if model is not None else load_checked(self.merged, self.dtype,
-                                                                  REMERGE)
-        self.config = self.model.config
-        self.offset = self.dims.offset
-
-    @property
-    def chip_layers(self) -> int:
-        return self.dims.layers
-
-    def _chip_ids(self, logits: torch.Tensor) -> torch.Tensor:
-        ids = logits.argmax(-1) - self.offset
-        if bool((ids < 0).any()):
-            raise ChipDirError(f"{self.merged}: a text id won on a chip position (the merge "
-                               f"does not keep the chip exact): {REMERGE}")
-        return ids
-
-    def sublayer_taps(self, dims: Sequence[torch.Tensor]):
-        """As the hf engine's, the chip's dims found at their place in the wide residual."""
-        return super().sublayer_taps([d + self.dims.hb for d in dims])
 
 
 class StockChip:
