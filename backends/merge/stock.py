@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +57,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from backends.merge.base import INDEX, Base
-from backends.merge.routed import (DTYPE_NAMES, MergeReport, _bridge, _Chip, _manifest,
-                                   check_disk, read_inputs, shard_name, write_chip_files)
+from backends.merge.stock_chip import COLS, LAYER, NORMS, ROWS, SAME_FIELDS
+from backends.merge.routed import (DTYPE_NAMES, Firmware, MergeReport, _bridge, _Chip,
+                                   _manifest, check_disk, read_inputs, shard_name,
+                                   write_chip_files)
 from backends.merge.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, TensorEntry,
                                    _header_bytes, write_file)
 from common.outputs import building_dir
@@ -76,21 +77,10 @@ TEXT_FLOOR = 2.0 ** 16
 ROM_STATES = "deltachip/rom_states.safetensors"
 #: the tool-call bridge's byte tables (backends/merge/bridge.py), for the driver
 BRIDGE_TABLES = "deltachip/bridge.safetensors"
-#: the chip fields that must equal the base's: the merged model has one set of module shapes
-SAME_FIELDS = ("intermediate_size", "linear_num_key_heads", "linear_key_head_dim",
-               "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
-               "hidden_act", "rms_norm_eps")
-#: tensors whose columns are the hidden dims (they read the residual) / whose rows are
-COLS = ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_a.weight", "in_proj_b.weight",
-        "q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
-        "up_proj.weight")
-ROWS = ("out_proj.weight", "o_proj.weight", "down_proj.weight")
-NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")
 MUTED = ("linear_attn.in_proj_a.weight", "linear_attn.in_proj_b.weight")
 RAW = {"BF16": np.uint16, "F16": np.uint16, "F32": np.uint32}
 #: most bytes of chip layers in one shard
 CHIP_SHARD = 2 << 30
-LAYER = re.compile(r"^model\.layers\.(\d+)\.(.*)$")
 
 
 @dataclass(frozen=True)
@@ -429,7 +419,7 @@ class StockReport(MergeReport):
 def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                 dtype: str | None = None,
                 progress: Callable[[str], None] | None = None,
-                firmware: Any = None) -> StockReport:
+                firmware: Firmware | None = None) -> StockReport:
     """Write the stock merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
     the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
     ``firmware`` (:class:`cpu.rv32.merged.Firmware`, the chip being the core): a RISC-V

@@ -23,11 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from backends.checkpoint import ChipDirError
-from backends.merge.modeling_deltachip import FastChip, ToolCalls, answer_call
+from backends.merge.modeling_deltachip import BridgeTables, FastChip, ToolCalls, answer_call
 
 
 class EngineChip:
@@ -64,7 +63,7 @@ class StockCalls:
     """The tool-call driver of the stock merge at ``d`` (see the module docstring)."""
 
     def __init__(self, d: str | Path, model: Any):
-        from safetensors.numpy import load_file
+        from safetensors.torch import load_file
         from backends.merge.engine import read_manifest
         self.d, self.model = Path(d), model
         manifest = read_manifest(self.d)
@@ -75,22 +74,21 @@ class StockCalls:
         try:
             self.cfg = dict(bridge["config"])
             t = load_file(str(self.d / bridge["tables"]))
-            self.offsets = t["chip.bridge.text_offsets"].astype(np.int64)
-            self.data = t["chip.bridge.text_data"].astype(np.uint8).tobytes()
+            offsets, data = t["chip.bridge.text_offsets"], t["chip.bridge.text_data"]
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise ChipDirError(f"{self.d}: the tool-call bridge is unreadable ({e}): merge it "
                                "again") from None
-        if len(self.offsets) < 2 or np.any(np.diff(self.offsets) < 0) or \
-                self.offsets[0] != 0 or self.offsets[-1] != len(self.data):
+        if offsets.dtype != torch.int64 or data.dtype != torch.uint8 or len(offsets) < 2 or \
+                bool((offsets.diff() < 0).any()) or offsets[0] != 0 or \
+                offsets[-1] != len(data):
             raise ChipDirError(f"{self.d}: the tool-call bridge's byte tables are corrupt: "
                                "merge it again")
+        self.tables = BridgeTables(len(offsets) - 1, len(data))
+        self.tables.load_state_dict({"text_offsets": offsets, "text_data": data})
+        #: the bytes of text ids (ids outside the base's vocabulary have none)
+        self.text = self.tables.text
         self.state = ToolCalls()
         self._runner: Any = None
-
-    def text(self, ids: list[int]) -> bytes:
-        """The bytes of text ids ``ids`` (ids outside the base's vocabulary have none)."""
-        o = self.offsets
-        return b"".join(self.data[o[i]:o[i + 1]] for i in ids if 0 <= i < len(o) - 1)
 
     def runner(self) -> Any:
         """The fast engine on the merged files where it loads, else plain transformers on
@@ -121,9 +119,11 @@ class StockCalls:
         open_, close = self.cfg["call_open"], self.cfg["call_close"]
         while left > 0:
             row = seq[0].tolist()
-            marks = [t for t in row[:-1] if t in (open_, close)]
-            if row[-1] == close and marks and marks[-1] == open_:   # a call just closed
-                call = row[len(row) - 1 - row[::-1].index(open_):-1][1:]
+            # the last <tool_call> or </tool_call> before the last id
+            last = next((i for i in range(len(row) - 2, -1, -1) if row[i] in (open_, close)),
+                        None)
+            if row[-1] == close and last is not None and row[last] == open_:  # a call closed
+                call = row[last + 1:-1]
                 answer = answer_call(self.runner, self.cfg, lambda: self.text(call),
                                      len(call), self.state)[:left]
                 left -= len(answer)

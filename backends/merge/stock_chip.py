@@ -12,8 +12,10 @@ describes its residual and layers). Gives:
   under the chip's own names: what the fast engine reads (``deltachip run --engine fast
   --model DIR``), so it runs the very bytes plain transformers runs.
 
-The hf engine on a stock merge (plain transformers on the whole widened model) is
-:class:`backends.merge.engine.StockEngine`.
+It also holds what the writer (:mod:`backends.merge.stock`) and this reader share: which
+tensors have hidden dims as columns or rows, and the config fields the widened model keeps
+equal to the chip's. The hf engine on a stock merge (plain transformers on the whole widened
+model) is :class:`backends.merge.engine.StockEngine`.
 """
 from __future__ import annotations
 
@@ -29,19 +31,19 @@ from backends.checkpoint import ChipDirError
 
 #: what to do about a stock checkpoint this module refuses
 REMERGE = "merge it again (`deltachip merge BASE_DIR OUT_DIR --layout stock ...`)"
-#: the chip's tensors whose columns / rows are hidden dims, and its hidden norms
-#: (backends.merge.stock writes them at the chip's dims)
-_COLS = ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_a.weight", "in_proj_b.weight",
-         "q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
-         "up_proj.weight")
-_ROWS = ("out_proj.weight", "o_proj.weight", "down_proj.weight")
-_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")
+#: the chip fields that must equal the base's: the merged model has one set of module shapes
+SAME_FIELDS = ("intermediate_size", "linear_num_key_heads", "linear_key_head_dim",
+               "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
+               "hidden_act", "rms_norm_eps")
+#: tensors whose columns are the hidden dims (they read the residual) / whose rows are
+COLS = ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_a.weight", "in_proj_b.weight",
+        "q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
+        "up_proj.weight")
+ROWS = ("out_proj.weight", "o_proj.weight", "down_proj.weight")
+NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")
+#: a decoder layer's tensor: its layer and the rest of its name
+LAYER = re.compile(r"^model\.layers\.(\d+)\.(.*)$")
 EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-#: the config fields of the widened model that must be the chip's own
-_SAME = ("intermediate_size", "linear_num_key_heads", "linear_key_head_dim",
-         "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
-         "rms_norm_eps")
 #: the largest config.json read
 _MAX_CONFIG = 1 << 20
 
@@ -81,7 +83,7 @@ def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> Stock
     ccfg = chip["config"]
     kinds = cfg.get("layer_types") if isinstance(cfg, dict) else None
     want = {"hidden_size": hidden, "vocab_size": offset + vocab}
-    want.update({k: ccfg.get(k) for k in _SAME})
+    want.update({k: ccfg.get(k) for k in SAME_FIELDS})
     problems = [f"config.json's {k} is {cfg.get(k)!r}, not {v!r}" for k, v in want.items()
                 if not isinstance(cfg, dict) or cfg.get(k) != v]
     if h1 - hb != ccfg["hidden_size"] or h1 >= hidden:
@@ -112,15 +114,15 @@ class StockChip:
         """How ``name``'s tensor is cut from the merged tensor of that name (None: not one
         of the chip's)."""
         d = self.d
-        m = _LAYER.match(name)
+        m = LAYER.match(name)
         if m:
             if int(m.group(1)) >= d.layers:
                 return None
-            if name.endswith(_COLS):
+            if name.endswith(COLS):
                 return (slice(None), d.dims)
-            if name.endswith(_ROWS):
+            if name.endswith(ROWS):
                 return (d.dims, slice(None))
-            return (d.dims,) if name.endswith(_NORMS) else ()
+            return (d.dims,) if name.endswith(NORMS) else ()
         if name in (EMBED, HEAD):
             return (slice(d.offset, d.offset + d.vocab), d.dims)
         return (d.dims,) if name == NORM else None
