@@ -19,16 +19,17 @@ def _loc(loc: Loc) -> list:
 
 
 def _field_to_json(f: Field) -> list:
-    """``[name, width, signed, enum]``; enum is null or ``[enum name, [[member, value], ...]]``."""
+    """``[name, width, signed, enum]`` and, for a bounded field, its bound last; enum is null
+    or ``[enum name, [[member, value], ...]]``."""
     enum = None if f.enum is None else [f.enum[0], [list(m) for m in f.enum[1]]]
-    return [f.name, f.width, f.signed, enum]
+    return [f.name, f.width, f.signed, enum] + ([] if f.bound is None else [f.bound])
 
 
 def _field_from_json(d: list) -> Field:
-    name, width, signed, enum = d
+    name, width, signed, enum, *bound = d
     if enum is not None:
         enum = (enum[0], tuple((m, v) for m, v in enum[1]))
-    return Field(name, width, signed, enum)
+    return Field(name, width, signed, enum, bound[0] if bound else None)
 
 
 def circuit_to_json(c: Circuit) -> dict[str, Any]:

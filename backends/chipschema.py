@@ -111,13 +111,17 @@ class ListOf(Spec):
 @dataclass(frozen=True)
 class Tup(Spec):
     items: tuple[Spec, ...]
+    optional: int = 0           # how many of the last items may be left off
 
     @property
     def what(self) -> str:
-        return f"an array of {len(self.items)} items"
+        n = len(self.items)
+        return f"an array of {n - self.optional} to {n} items" if self.optional else \
+            f"an array of {n} items"
 
     def check(self, value: Any, where: str) -> None:
-        if not isinstance(value, list) or len(value) != len(self.items):
+        if not isinstance(value, list) or \
+                not len(self.items) - self.optional <= len(value) <= len(self.items):
             raise SchemaError(where, self.what, value)
         for i, (s, v) in enumerate(zip(self.items, value)):
             s.check(v, f"{where}[{i}]")
@@ -159,7 +163,7 @@ class Obj(Spec):
 ANY = Obj({})                                   # any object
 LOC = Tup((STR, INT, INT))
 ENUM = Maybe(Tup((STR, ListOf(Tup((STR, INT))))))
-FIELD = Tup((STR, NAT, BOOL, ENUM))             # name, width, signed, enum (circuit kinds)
+FIELD = Tup((STR, NAT, BOOL, ENUM, NAT), 1)      # name, width, signed, enum[, bound] (kinds)
 
 CIRCUIT = Obj({
     "name": STR, "loc": LOC,
@@ -201,7 +205,8 @@ CHIP = Obj({
                    "base_hidden": NAT, "rms_eps": NUM}),
     "numerics": MapOf(INT),
     "tokens": Obj({"vocab": NAT, "kinds": ListOf(Obj({"name": STR, "offset": NAT,
-                                                       "payload_bits": NAT, "halt": BOOL}))}),
+                                                       "payload_bits": NAT, "halt": BOOL,
+                                                       "ids": NAT}, optional=frozenset({"ids"})))}),
     "layers": ListOf(Obj({"neurons": NAT, "key_heads": NAT, "memories": ListOf(STR),
                           "nonzero_weights": NAT})),
     "memories": MapOf(MEMORY),
@@ -210,6 +215,12 @@ CHIP = Obj({
     "config": ANY,
     "proof": PROOF,
 }, optional=frozenset({"layers", "proof"}))
+
+
+def kind_ids(kind: dict[str, Any]) -> int:
+    """How many ids a token kind of chip.json's ``tokens.kinds`` owns (its ``ids``; a chip
+    written before bounded fields: 2**payload_bits)."""
+    return int(kind.get("ids", 1 << kind["payload_bits"]))
 
 
 def check_chip(chip: Any) -> None:

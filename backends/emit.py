@@ -43,6 +43,7 @@ from common.kinds import DType
 from hdl.ir import Circuit
 from backends.checkpoint import FORMAT, FORMAT_VERSION
 from backends.chipfile import circuit_to_json
+from backends.chipschema import kind_ids
 from backends import lanemap
 from backends.exact import Proof, Proven, exact_cast
 from backends.program import Form, Program, const, head_cell, lin
@@ -130,8 +131,10 @@ def config_dict(prog: Program, num: Numerics, layers: int, inter: int, nk: int, 
 
 
 def token_table(c: Circuit) -> list[dict[str, Any]]:
-    """Per kind: id offset, payload bits and fields (payload = fields, first field lowest)."""
-    return [{"name": k.name, "offset": off, "payload_bits": k.payload_bits, "halt": k.halt,
+    """Per kind: id offset, payload bits, ids (fewer than 2**payload_bits with a bound) and
+    fields (payload = fields, first field lowest)."""
+    return [{"name": k.name, "offset": off, "payload_bits": k.payload_bits, "ids": k.ids,
+             "halt": k.halt,
              "fields": [[f.name, f.width, f.signed] for f in k.fields]}
             for k, off in zip(c.kinds, c.kind_offsets())]
 
@@ -240,7 +243,7 @@ def _embedding(em: Emission) -> dict[str, torch.Tensor]:
     E[:, :num.n_b] = 2.0 ** num.b_res
     table = TokenTable(prog.circuit, [nid for nid, _ in prog.token_fns])
     for ki, k in enumerate(em.kinds):
-        n = 1 << k["payload_bits"]
+        n = kind_ids(k)
         for lo in range(0, n, CHUNK_ROWS):
             ids = torch.arange(lo, min(n, lo + CHUNK_ROWS))
             blk = torch.zeros(len(ids), H, dtype=torch.float32)
@@ -393,8 +396,10 @@ def _head(em: Emission) -> dict[str, torch.Tensor]:
             for ln, w in y.t.items():
                 M[j, num.n_b + prog.dim(ln)] += 2 * w * 2.0 ** num.m
             cst[j] = 2 * y.c - 1
-        for lo in range(0, 1 << P, CHUNK_ROWS):
-            ids = torch.arange(lo, min(1 << P, lo + CHUNK_ROWS))
+        n = kind_ids(k)
+        assert n <= 1 << P, (k["name"], n, P)
+        for lo in range(0, n, CHUNK_ROWS):
+            ids = torch.arange(lo, min(n, lo + CHUNK_ROWS))
             S = (2 * ((ids[:, None] >> torch.arange(P)[None, :]) & 1) - 1).float()   # [n, P]
             blk = S @ M if P else torch.zeros(len(ids), H)
             if P:

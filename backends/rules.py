@@ -40,7 +40,7 @@ def check_vocabulary(c: Circuit) -> None:
     """VocabularyError at the first token kind whose ids take the vocabulary past MAX_VOCAB."""
     total = 0
     for k in c.kinds:
-        total += 1 << k.payload_bits
+        total += k.ids
         if total > MAX_VOCAB:
             raise VocabularyError([Diagnostic(
                 k.loc, f"token kind '{k.name}' takes the vocabulary past {MAX_VOCAB:,} (2^24) "

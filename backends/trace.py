@@ -37,6 +37,7 @@ from common.errors import UserError
 from common.kinds import MemKind
 from hdl.ir import Circuit, Op
 from backends.chipfile import circuit_from_json
+from backends.chipschema import kind_ids
 from backends.program import Program
 
 TRACE_VERSION = 1
@@ -397,7 +398,7 @@ class ChipTrace:
             if k.loc.file == path and k.loc.line == line:
                 dims = [dim for node, dim, _, label in self.lanes
                         if node < 0 and label.startswith(f"tok.{k.name}.")]
-                ids = range(kind["offset"], kind["offset"] + (1 << kind["payload_bits"]))
+                ids = range(kind["offset"], kind["offset"] + kind_ids(kind))
                 out.append(f"  token kind {k.name}: {_span('token id', ids)} (embedding and "
                            f"lm_head rows), {plural(len(dims), 'lane')} from the embedding"
                            + (f" ({_span('dim', dims)})" if dims else ""))

@@ -11,6 +11,7 @@ transformers.
 
     python benchmarks/merge_figures.py --layers 4 --dir /tmp/merge-figures
     python benchmarks/merge_figures.py --layers 32 --shards 4 --firmware calc
+    python benchmarks/merge_figures.py --layers 32 --shards 4 --firmware calc --layout stock --zeros
     python benchmarks/merge_figures.py --layers 4 --firmware calc --call '2**100' --hf-tokens 200
 """
 from __future__ import annotations
@@ -138,6 +139,8 @@ def main() -> None:
     ap.add_argument("--firmware", default=None, metavar="calc|PROG.elf",
                     help="merge the RISC-V core with this program instead of the counter")
     ap.add_argument("--layout", choices=["routed", "stock"], default="routed")
+    ap.add_argument("--zeros", action="store_true",
+                    help="also count the bytes of zero elements in the merged weights")
     ap.add_argument("--call", action="append", default=[], metavar="EXPR",
                     help="with --firmware calc: time a tool call of calc on EXPR through the "
                          "merged model (plain generate(), the call at the end of the prompt)")
@@ -178,6 +181,10 @@ def main() -> None:
     big = sorted(((f.stat().st_size, f.name) for f in (a.dir / "merged").rglob("*")
                   if f.is_file() and f.stat().st_size > (1 << 20)), reverse=True)
     print("merged files over 1 MiB:", ", ".join(f"{n} {b / 2**20:,.1f} MiB" for b, n in big))
+    if a.zeros:
+        from benchmarks.merge_stock_fidelity import _zero_bytes
+        zeros = _zero_bytes(a.dir / "merged")
+        print(f"zeros in the merged weights: {zeros:,} bytes ({zeros / out:.1%} of the files)")
     for expr in a.call:
         print(call_figures(a.dir / "merged", expr, a.hf_tokens))
     print(f"load (bf16): base {load_seconds(a.dir / 'base', False):.1f} s, merged "

@@ -1,12 +1,15 @@
 """Figures of the stock merge: text fidelity against the base, size, merge RSS and time.
 
 Fidelity: tiny random Qwen3.5 bases (tests/merge/bases.py: hidden 64, 4 layers, Qwen3.5-4B's
-GDN head shapes; ``--sharp K`` also builds one whose final norm is K times larger, so its
-next-token distributions are peaked like a trained model's instead of nearly flat), the
-counter compiled for them (``--target BASE/config.json``) and merged with ``--layout stock``.
-On 16 prompts of ordinary English: max |Δlogit| and mean KL(base || merged) over the prompt
-positions, and how many 16-token greedy continuations are the base's, in bf16 and fp32; beside
-them the same figures for the base's own bf16 against its fp32 (what bf16 alone costs).
+GDN head shapes), one per ``--seeds`` value; ``--sharp K`` also builds from each one whose
+final norm is K times larger, so its next-token distributions are peaked like a trained
+model's instead of nearly flat. The counter compiled for each (``--target BASE/config.json``)
+and merged with ``--layout stock``. On 16 prompts of ordinary English per base: max |Δlogit|
+(the largest over the bases) and mean KL(base || merged) over the prompt positions (the mean
+over the bases), and how many 16-token greedy continuations are the base's (summed over the
+bases), in bf16 and fp32; beside them the same figures for the base's own bf16 against its
+fp32 (what bf16 alone costs). A greedy continuation on such a base flips on any change of
+rounding, so one base's 16 are a lottery: the seeds make it a count.
 
 Size and resources (``--layers N``, 0 to skip): a random base with Qwen3.5-4B's shapes and N
 layers (benchmarks/merge_figures.py), the counter compiled for it, ``deltachip merge
@@ -83,14 +86,36 @@ def _text(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     return logits.log_softmax(-1)[..., :vocab]
 
 
-def fidelity(d: Path, sharp: float) -> list[dict]:
+def fidelity(d: Path, sharp: float, seeds: list[int]) -> list[dict]:
+    """The rows of every base (see the module docstring), summed by :func:`totals`."""
+    return totals([r for seed in seeds for r in _fidelity(d / f"seed{seed}", sharp, seed)])
+
+
+def totals(rows: list[dict]) -> list[dict]:
+    """One row per (base kind, what): the worst max |Δlogit|, the mean of the mean KLs, the
+    greedy continuations equal and prompts summed."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        t = out.setdefault((r["base"], r["what"]), {**r, "mean_kl": 0.0, "greedy_equal": 0,
+                                                     "prompts": 0, "bases": 0})
+        t["max_dlogit"] = max(t["max_dlogit"], r["max_dlogit"])
+        t["mean_kl"] += r["mean_kl"]
+        t["greedy_equal"] += r["greedy_equal"]
+        t["prompts"] += r["prompts"]
+        t["bases"] += 1
+    for t in out.values():
+        t["mean_kl"] /= t["bases"]
+    return list(out.values())
+
+
+def _fidelity(d: Path, sharp: float, seed: int) -> list[dict]:
     import deltachip
     from transformers import AutoTokenizer
     from backends.merge.stock import merge_stock
     from tests.merge.bases import VOCAB, make_base
     rows = []
     for name, k in (("tiny", 1.0), (f"tiny, final norm x{sharp:g}", sharp)):
-        base = make_base(d / f"base{k:g}", tied=True, seed=1)
+        base = make_base(d / f"base{k:g}", tied=True, seed=seed)
         if k != 1.0:
             m = _load(base, torch.bfloat16)
             with torch.no_grad():
@@ -169,15 +194,17 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/stock-figures")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--sharp", type=float, default=4.0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4],
+                    help="one tiny base per seed (default 1 2 3 4)")
     ap.add_argument("--no-fidelity", action="store_true", help="only the size and resources")
     a = ap.parse_args()
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    for row in [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp):
+    for row in [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp, a.seeds):
         print(f"{row['base']:<26} {row['what']:<40} max|dlogit| {row['max_dlogit']:.3g}  "
               f"mean KL {row['mean_kl']:.3g}  greedy equal {row['greedy_equal']}/"
-              f"{row['prompts']}")
+              f"{row['prompts']} ({row['bases']} bases)")
     if a.layers:
         print(json.dumps(resources(d, a.layers), indent=2))
 

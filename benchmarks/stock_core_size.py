@@ -10,15 +10,22 @@ core cache (compiled at qwen3.5-4b, the base's module shapes), and prints the by
 the chip's layers, the base's layers at the merged width, the embedding and lm_head rows of
 the base's ids and of the chip's. Nothing is written but the sparse base.
 
-    python benchmarks/stock_core_size.py
+``--write`` then runs the merge itself on that base (``deltachip merge BASE OUT --firmware
+calc --layout stock`` in a child under ``/usr/bin/time -v``): the bytes it wrote, how many of
+them are zeros, its wall time and peak RSS. It needs the output's size free on disk.
+
+    python benchmarks/stock_core_size.py [--write]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import struct
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/stock-core-size"))
+    ap.add_argument("--write", action="store_true", help="run the merge too")
     a = ap.parse_args()
     from backends.merge.base import read_base
     from backends.merge.routed import _read_chip
@@ -94,7 +102,31 @@ def main() -> None:
           f"base); target <= {ANCHOR_BYTES / 1e9:.1f} GB")
     no_ids = total - parts[f"embedding + lm_head, the chip's {vc:,} ids"]
     print(f"the same with no chip token rows at all: {no_ids / 1e9:.2f} GB")
+    if a.write:
+        write(a.dir, sum(plans_size(s) for s in pl.chip_layers() + pl.base_shards() if s))
     shutil.rmtree(a.dir, ignore_errors=True)
+
+
+def write(d: Path, planned: int) -> None:
+    """The merge itself, in a child under /usr/bin/time -v (see the module docstring)."""
+    from benchmarks.merge_stock_fidelity import _zero_bytes
+    out = d / "stock"
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "deltachip", "merge",
+                        str(d / "base"), str(out), "--firmware", "calc", "--layout", "stock"],
+                       capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        sys.exit(f"the merge failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
+    weights = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    every = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    zeros = _zero_bytes(out)
+    print(f"written: {every:,} bytes in all ({weights:,} of them the weights: "
+          f"{'the planned' if weights == planned else 'NOT the planned'} size), "
+          f"{zeros:,} bytes of zeros ({zeros / weights:.0%}); merge {wall:.1f} s wall, peak "
+          f"RSS {rss / 1024:,.0f} MiB")
+    print(r.stdout.strip())
 
 
 if __name__ == "__main__":

@@ -247,6 +247,7 @@ class FieldDecl:
     loc: Loc
     name: str
     type: TypeRef
+    bound: Expr | None = None
 
 
 @dataclass(frozen=True)

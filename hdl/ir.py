@@ -114,11 +114,14 @@ class Memory:
 @dataclass(frozen=True)
 class Field:
     """A token field. ``enum``: for a field of an enum type, the enum's name and its members
-    as (name, value) pairs; tools print and parse such a field by member name."""
+    as (name, value) pairs; tools print and parse such a field by member name. ``bound``
+    (a kind's last field only: ``i: u4 < 11``): its values are 0..bound-1, so the kind owns
+    fewer ids (:attr:`TokenKind.ids`)."""
     name: str
     width: int
     signed: bool = False
     enum: tuple[str, tuple[tuple[str, int], ...]] | None = None
+    bound: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,16 @@ class TokenKind:
     @property
     def payload_bits(self) -> int:
         return sum(f.width for f in self.fields)
+
+    @property
+    def ids(self) -> int:
+        """How many ids the kind owns: 2**payload_bits, or with a bound on its last field
+        (the payload's highest bits), bound * 2**(the other fields' bits): the payloads
+        below ``bound << (those bits)``."""
+        last = self.fields[-1] if self.fields else None
+        if last is None or last.bound is None:
+            return 1 << self.payload_bits
+        return last.bound << (self.payload_bits - last.width)
 
 
 @dataclass(frozen=True)
@@ -202,17 +215,18 @@ class Circuit:
         return max(1, (len(self.kinds) - 1).bit_length())
 
     # ---- the token vocabulary ---------------------------------------------------------------
-    # Kind k owns 2**payload_bits consecutive ids after the kinds before it; within a kind the
-    # id is the payload, its fields concatenated with the first field in the lowest bits.
+    # Kind k owns TokenKind.ids consecutive ids (2**payload_bits, fewer with a bound) after
+    # the kinds before it; within a kind the id is the payload, its fields concatenated with
+    # the first field in the lowest bits.
     def _layout(self) -> tuple[tuple[TokenKind, ...], list[int], list[int]]:
         v = self._vocab
         if v is None or len(v[0]) != len(self.kinds) or \
                 any(a is not b for a, b in zip(v[0], self.kinds)):
-            offsets, off, bits = [], 0, [k.payload_bits for k in self.kinds]
-            for b in bits:
+            offsets, off, counts = [], 0, [k.ids for k in self.kinds]
+            for n in counts:
                 offsets.append(off)
-                off += 1 << b
-            v = self._vocab = (tuple(self.kinds), offsets, bits)
+                off += n
+            v = self._vocab = (tuple(self.kinds), offsets, counts)
         return v
 
     def kind_offsets(self) -> list[int]:
@@ -221,8 +235,8 @@ class Circuit:
 
     @property
     def vocab_size(self) -> int:
-        """How many distinct tokens the circuit has: the sum over kinds of 2**payload_bits."""
-        return sum(1 << k.payload_bits for k in self.kinds)
+        """How many distinct tokens the circuit has: the sum over kinds of their ids."""
+        return sum(k.ids for k in self.kinds)
 
     def token_id(self, tok: Token) -> int:
         """The vocabulary id of ``tok`` (fields must already fit their widths)."""
@@ -234,9 +248,9 @@ class Circuit:
 
     def token_from_id(self, tid: int) -> Token:
         """The token whose vocabulary id is ``tid``; ValueError outside ``0..vocab_size-1``."""
-        kinds, offsets, bits = self._layout()
+        kinds, offsets, counts = self._layout()
         index = bisect.bisect_right(offsets, tid) - 1
-        if index >= 0 and tid < offsets[index] + (1 << bits[index]):
+        if index >= 0 and tid < offsets[index] + counts[index]:
             payload, fields = tid - offsets[index], []
             for f in kinds[index].fields:
                 fields.append(payload & ((1 << f.width) - 1))

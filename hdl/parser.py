@@ -303,8 +303,8 @@ class _ToAst(Transformer):
                              halt is not None)
 
     def field_decl(self, meta, c):
-        name, typ = c
-        return ast.FieldDecl(self._loc(meta), str(name), typ)
+        name, typ, bound = c
+        return ast.FieldDecl(self._loc(meta), str(name), typ, bound)
 
     def start_stmt(self, meta, c):
         kind, args = c

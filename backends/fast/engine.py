@@ -157,6 +157,6 @@ class FastEngine(ChipEngine):
         bits = np.zeros(self.model.vocab, dtype=bool)
         offs = self.circuit.kind_offsets()
         for k in kinds:
-            n = 1 << self.circuit.kinds[k].payload_bits
+            n = self.circuit.kinds[k].ids
             bits[offs[k]:offs[k] + n] = True
         return np.packbits(bits, bitorder="little")

@@ -19,6 +19,7 @@ REASONS = {
     6: "a query with more than two nonzeros",
     7: "a value head's data columns outgrew its gated norm's ballast",
     8: "the argmax is not clear of the runner-up by more than rounding could move them",
+    10: "the winning payload is past its kind's bound (a bounded last field: no such id)",
 }
 
 

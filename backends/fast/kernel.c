@@ -64,12 +64,13 @@ typedef struct {
     const int64_t *e_ptr; const int32_t *e_col; const float *e_val;   /* embedding CSR */
     int nkinds;
     const int64_t *k_off; const int32_t *k_bits; const int64_t *k_row;
+    const int64_t *k_ids;       /* ids of each kind (below 2^bits: a bound on its last field) */
     const int64_t *lm_ptr; const int32_t *lm_col; const float *lm_val; /* structured rows */
 } dc_model;
 
 enum {
     DC_OK = 0, DC_E_TOKEN = 1, DC_E_NORM = 2, DC_E_SILU = 3, DC_E_BETA = 4, DC_E_KEY = 5,
-    DC_E_QUERY = 6, DC_E_GNORM = 7, DC_E_ARGMAX = 8, DC_E_ALLOC = 9
+    DC_E_QUERY = 6, DC_E_GNORM = 7, DC_E_ARGMAX = 8, DC_E_ALLOC = 9, DC_E_BOUND = 10
 };
 
 typedef struct {
@@ -651,6 +652,9 @@ static int64_t argmax(const dc_model *m, dc_state *s) {
     double mag = fmax(fabs(best), fabs(second));
     double err = l1max * ldexp(1.0, -16) + mag * (m->bf16 ? ldexp(1.0, -8) : ldexp(1.0, -23));
     if (!(best - second > 2 * err)) { fail(s, DC_E_ARGMAX, m->L, best - second); return -1; }
+    /* the best payload of a kind with fewer ids than its bits hold may have no id */
+    int64_t u = ids[bk] - m->k_off[bk];
+    if (u >= m->k_ids[bk]) { fail(s, DC_E_BOUND, m->L, (double)u); return -1; }
     return ids[bk];
 }
 

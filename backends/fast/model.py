@@ -148,7 +148,7 @@ class FastModel:
     layers: list[Layer]
     nf: np.ndarray
     embed: tuple[np.ndarray, np.ndarray, np.ndarray]
-    kinds: tuple[np.ndarray, np.ndarray, np.ndarray]        # offsets, bits, first row
+    kinds: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # offsets, bits, first row, ids
     lm: tuple[np.ndarray, np.ndarray, np.ndarray]
     nonzero: int = 0
     notes: list[str] = field(default_factory=list)
@@ -244,10 +244,15 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
     if not _pow2_or_zero(np.array([r])) or r == 0:
         raise _refuse(path, f"the pre-norm factor of the ballast is {r}, not a power of two")
 
-    def norm_scale(name: str) -> np.ndarray:
+    def norm_scale(name: str, read: np.ndarray | None = None) -> np.ndarray:
+        """1 + w times the ballast's factor; ``read``: the only dims anything reads after
+        the norm (the final norm: the lm_head's columns), the rest scaled by 0."""
         w1 = 1.0 + t.get(name).astype(np.float64)
+        if read is not None:
+            w1 = np.where(np.isin(np.arange(len(w1)), read), w1, 0.0)
         if not _pow2_or_zero(w1):
-            raise _refuse(path, f"{name}: 1 + weight is not a power of two or 0 on every dim")
+            raise _refuse(path, f"{name}: 1 + weight is not a power of two or 0 on every dim"
+                                + (" the lm_head reads" if read is not None else ""))
         return (w1 * r).astype(np.float32)
 
     def csr(name: str):
@@ -306,13 +311,15 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
         ly.groups = memo_groups(ly.ip, NB)
         nonzero += sum(c.nnz for c in (ly.op, ly.gate, ly.up, ly.down)) + sum(len(p[2]) for p in parts)
         layers.append(ly)
-    nf = norm_scale("model.norm.weight")
 
     # ---- lm_head: per kind, base + sum of bit deltas -----------------------------------
     say("lm_head")
     kinds = _kinds(chip, vocab, path)
     lm = (_structured_lm_head(t, path, kinds) if HEAD in t
           else _stored_lm_head(t, path, kinds, dt))
+    # a dim the lm_head does not read moves no logit, whatever the final norm does to it (a
+    # stock merge keeps the base's factors there: backends/merge/stock.py)
+    nf = norm_scale("model.norm.weight", read=np.unique(lm[1]))
     return FastModel(path=path, chip=chip, dtype=dt, H=H, C=C, V=V, NV=nv, NK=nk, DK=dk, DV=dv,
                      VPK=nv // nk, KC=kc, I=I, NB=NB, NBV=NBV, res_ballast=res_ballast,
                      res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
@@ -409,13 +416,16 @@ def _defaults(ly: Layer, ip: Rows, gate: Rows, up: Rows, B: np.ndarray, NB: int,
     ly.dg = np.flatnonzero(_live_default(ly.gd)).astype(np.int32)
 
 
-def _kinds(chip: dict[str, Any], vocab: int, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offset, payload bits, first structured row) of every token kind, from chip.json's
-    circuit (ids beyond the circuit's, if any, are one more kind of bits 0 each)."""
+def _kinds(chip: dict[str, Any], vocab: int, path: Path
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(offset, payload bits, first structured row, ids) of every token kind, from
+    chip.json's circuit (ids beyond the circuit's, if any, are one more kind of bits 0
+    each)."""
     from backends.chipfile import circuit_from_json
     c = circuit_from_json(chip["circuit"], chip.get("roms", {}))
     offs = c.kind_offsets()
     bits = [k.payload_bits for k in c.kinds]
+    counts = [k.ids for k in c.kinds] + [1] * (vocab - c.vocab_size)
     if c.vocab_size > vocab:
         raise _refuse(path, f"the vocabulary has {vocab} ids, the circuit {c.vocab_size}")
     offs = list(offs) + list(range(c.vocab_size, vocab))
@@ -424,7 +434,7 @@ def _kinds(chip: dict[str, Any], vocab: int, path: Path) -> tuple[np.ndarray, np
         raise _refuse(path, f"{len(offs)} token kinds (at most {MAX_KINDS})")
     rows = np.cumsum([0] + [1 + b for b in bits[:-1]])
     return (np.array(offs, dtype=np.int64), np.array(bits, dtype=np.int32),
-            rows.astype(np.int64))
+            rows.astype(np.int64), np.array(counts, dtype=np.int64))
 
 
 #: the token tables' names, plain (one row per id)
@@ -504,14 +514,14 @@ def _stored_lm_head(t: Tensors | Prefixed, path: Path, kinds, dtype: str
         table.shape[1:] == (3,) else {}
     used = np.flatnonzero(np.any(basis != 0, axis=0)) if basis.ndim == 2 else np.zeros(0, int)
     out_rows: list[np.ndarray] = []
-    for off, nb in zip(kinds[0].tolist(), kinds[1].tolist()):
+    for off, nb, n in zip(kinds[0].tolist(), kinds[1].tolist(), kinds[3].tolist()):
         nb_r0 = at.get(off)
         if nb_r0 is None or nb_r0[0] != nb or not 0 <= nb_r0[1] <= len(basis) - 1 - nb:
             raise _refuse(path, f"lm_head.kinds does not hold the circuit's token kind at id "
                                 f"{off} ({nb} payload bits)")
         blk = basis[nb_r0[1]:nb_r0[1] + 1 + nb][:, used].astype(np.float64)
-        for u0 in range(0, 1 << nb, 1 << 14):
-            u = np.arange(u0, min(1 << nb, u0 + (1 << 14)))
+        for u0 in range(0, n, 1 << 14):
+            u = np.arange(u0, min(n, u0 + (1 << 14)))
             bits = ((u[:, None] >> np.arange(nb)) & 1).astype(np.float64)
             if not np.all(_exact_in(blk[0] + bits @ blk[1:], dtype)):
                 raise _refuse(path, f"lm_head row {off + u0}..: its kind's base plus the "
@@ -543,15 +553,15 @@ def _structured_lm_head(t: Tensors, path: Path, kinds) -> tuple[np.ndarray, np.n
         d[rr, pos[a:b]] = val[a:b]
         return d
 
-    for off, nb in zip(kinds[0].tolist(), kinds[1].tolist()):
+    for off, nb, n in zip(kinds[0].tolist(), kinds[1].tolist(), kinds[3].tolist()):
         base = dense(off, off + 1)[0]
         deltas = np.stack([dense(off + (1 << j), off + (1 << j) + 1)[0] - base
                            for j in range(nb)]) if nb else np.zeros((0, len(used)))
         if np.any(deltas.astype(np.float32).astype(np.float64) != deltas):
             raise _refuse(path, "lm_head: a bit's delta is not exact in fp32")
         step = 1 << 14
-        for u0 in range(0, 1 << nb, step):
-            u = np.arange(u0, min(1 << nb, u0 + step))
+        for u0 in range(0, n, step):
+            u = np.arange(u0, min(n, u0 + step))
             bits = ((u[:, None] >> np.arange(nb)) & 1).astype(np.float64)
             want = base + bits @ deltas
             if np.any(dense(off + u0, off + u0 + len(u)) != want):

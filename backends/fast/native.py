@@ -53,6 +53,7 @@ typedef struct {
     const dc_layer *layers; const float *nf; int64_t vocab;
     const int64_t *e_ptr; const int32_t *e_col; const float *e_val;
     int nkinds; const int64_t *k_off; const int32_t *k_bits; const int64_t *k_row;
+    const int64_t *k_ids;
     const int64_t *lm_ptr; const int32_t *lm_col; const float *lm_val;
 } dc_model;
 typedef struct dc_state dc_state;
@@ -141,8 +142,9 @@ class Native:
         m.e_ptr, m.e_col, m.e_val = (self._ptr(a, t) for a, t in
                                      zip(model.embed, ("int64_t", "int32_t", "float")))
         m.nkinds = len(model.kinds[0])
-        m.k_off, m.k_bits, m.k_row = (self._ptr(a, t) for a, t in
-                                      zip(model.kinds, ("int64_t", "int32_t", "int64_t")))
+        m.k_off, m.k_bits, m.k_row, m.k_ids = (
+            self._ptr(a, t) for a, t in
+            zip(model.kinds, ("int64_t", "int32_t", "int64_t", "int64_t")))
         m.lm_ptr, m.lm_col, m.lm_val = (self._ptr(a, t) for a, t in
                                         zip(model.lm, ("int64_t", "int32_t", "float")))
         self.m = m

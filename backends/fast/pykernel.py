@@ -37,6 +37,7 @@ EPS = F32(1e-6)                 # kernel.c's 1e-6f
 ONE = F32(1.0)
 #: kernel.c's DC_E_* codes
 E_TOKEN, E_NORM, E_SILU, E_BETA, E_KEY, E_QUERY, E_GNORM, E_ARGMAX = range(1, 9)
+E_BOUND = 10
 
 
 class _Stop(Exception):
@@ -221,8 +222,8 @@ class PyKernel:
         self.lm_val = np.asarray(model.lm[2], dtype=F64)
         E = len(self.lm_val)
         self.row_e = self._table(lp[:-1], np.diff(lp), E)
-        off, bits, row = (np.asarray(a, dtype=np.int64) for a in model.kinds)
-        self.k_off, self.k_bits, self.k_row = off, bits, row
+        off, bits, row, ids = (np.asarray(a, dtype=np.int64) for a in model.kinds)
+        self.k_off, self.k_bits, self.k_row, self.k_ids = off, bits, row, ids
         self.kind_e = self._table(lp[row], lp[row + 1 + bits] - lp[row], E)
         self.kind_r = self._table(row + 1, bits, len(lp) - 1)
         self.kind_rlive = self.kind_r < len(lp) - 1
@@ -545,4 +546,6 @@ class PyKernel:
         err = l1max * 2.0 ** -16 + mag * self.err_scale
         if not (best - second > 2 * err):
             s.fail(E_ARGMAX, L, best - second)
+        elif u[bk] >= self.k_ids[bk]:       # a payload past its kind's bound: no such id
+            s.fail(E_BOUND, L, float(u[bk]))
         return int(self.k_off[bk] + u[bk])

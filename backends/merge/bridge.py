@@ -128,12 +128,12 @@ def build(tok: dict[str, Any], vocab_size: int, chip: dict[str, Any]) -> Bridge 
         "prefix": ids(PREFIX), "suffix": ids(SUFFIX),
         "start": c.token_id(c.start),
         "want": offs[kinds["Want"]], "in": offs[kinds["In"]],
-        "out": [offs[kinds["Out"]], 1 << out_k.payload_bits], "out_b_shift": b_shift,
-        "end": [offs[kinds["End"]], 1 << c.kinds[kinds["End"]].payload_bits],
-        "fault": [offs[kinds["Fault"]], 1 << c.kinds[kinds["Fault"]].payload_bits],
+        "out": [offs[kinds["Out"]], out_k.ids], "out_b_shift": b_shift,
+        "end": [offs[kinds["End"]], c.kinds[kinds["End"]].ids],
+        "fault": [offs[kinds["Fault"]], c.kinds[kinds["Fault"]].ids],
         # the tokens that execute an instruction (cpu/rv32/protocol.py: Jump, Step, Next,
         # and Out with go = 1), so a run can count the instructions it retired
-        "executes": [[offs[kinds[k]], 1 << c.kinds[kinds[k]].payload_bits]
+        "executes": [[offs[kinds[k]], c.kinds[kinds[k]].ids]
                      for k in ("Jump", "Step", "Next")],
         "out_go_bit": go_bit,
         "max_tokens": MAX_TOKENS, "text_bytes": int(offsets[-1]),

@@ -148,7 +148,7 @@ class StockEngine(ChipIds, HFEngine):
 
     def sublayer_taps(self, dims: Sequence[torch.Tensor]):
         """As the hf engine's, the chip's dims found at their place in the wide residual."""
-        return super().sublayer_taps([d + self.dims.hb for d in dims])
+        return super().sublayer_taps([d + self.dims.start for d in dims])
 
 
 

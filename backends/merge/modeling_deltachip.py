@@ -202,9 +202,12 @@ class KindHead(nn.Module):
         if w is None or w.dtype != dtype or w.device != self.basis.device:
             w = torch.empty(self.vocab, self.basis.shape[1], dtype=dtype,
                             device=self.basis.device)
-            for off, nb, _ in self.kinds.tolist():
-                for lo in range(off, off + (1 << nb), HEAD_CHUNK):
-                    hi = min(off + (1 << nb), lo + HEAD_CHUNK)
+            table = self.kinds.tolist()     # ascending ids: a kind ends where the next starts
+            ends = [t[0] for t in table[1:]] + [self.vocab]
+            for (off, nb, _), end in zip(table, ends):
+                end = min(end, off + (1 << nb))     # fewer ids: a bound on its last field
+                for lo in range(off, end, HEAD_CHUNK):
+                    hi = min(end, lo + HEAD_CHUNK)
                     w[lo:hi] = head_rows(self.kinds, self.basis, dtype, lo, hi)
             self._weight = w
         return w

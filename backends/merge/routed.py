@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from backends.chipschema import kind_ids
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
@@ -93,7 +94,7 @@ def chip_token_names(chip: dict[str, Any]) -> list[str]:
         if bits == 0:
             names[off] = f"<|chip:{k['name']}|>"
         else:
-            for p in range(1 << bits):
+            for p in range(kind_ids(k)):
                 names[off + p] = f"<|chip:{k['name']}:{p}|>"
     return [n if n is not None else f"<|chip:#{i}|>" for i, n in enumerate(names)]
 

@@ -3,33 +3,43 @@
 Takes: a base directory (:mod:`backends.merge.base`), a chip compiled for the base's module
 shapes (``deltachip compile --target BASE_DIR/config.json``), an output path. Gives: OUT_DIR
 holding a plain ``Qwen3_5ForCausalLM`` checkpoint (no remote code) of hidden width
-``H' = Hb + Hc + len(extra) + 1``:
+``H' = max(Hb, Hc) + len(extra) + pad + 1``. Base and chip **share** the residual's dims:
+a position is either text or chip, and each side's layers are muted on the other's
+positions, so they never see each other's values:
 
 - residual dims ``[0, Hb)``: the base block. Every base tensor keeps its values (its bytes,
-  when the dtypes agree) with its hidden rows/columns there; the base's layers read and write
-  only that block (plus the mute columns below);
-- dims ``[Hb, Hb + Hc)``: the chip's residual, its ballast first, every chip weight at its
-  own offset;
-- ``extra`` ballast dims: ``s_i * 2**m`` on chip tokens, ``Σ s_i² = H' - Hc``, so the chip's
-  pre-norms see the mean square they were compiled for (``n_b·B² / Hc = 4**m``) at the wider
-  width and stay exact;
-- the text lane (the last dim): ``2**-20`` on text tokens (too small to move any mean square);
-  the final norm lifts it to about ``2**20 / rms`` and the chip's lm_head rows read it with
-  weight -1, so a chip id never wins on a text position.
+  when the dtypes agree) with its hidden rows/columns there, except the hidden norms and the
+  lm_head's columns on the dims the chip's lm_head reads (below);
+- dims ``[0, Hc)``: the chip's residual, its ballast first, every chip weight at its own
+  offset (the same dims as the base block, as far as both reach);
+- ``extra`` ballast dims after ``max(Hb, Hc)``: ``s_i * 2**m`` on chip tokens (0 on text
+  tokens), ``Σ s_i² = H' - Hc``, so the chip's pre-norms see the mean square they were
+  compiled for (``n_b·B² / Hc = 4**m``) at the wider width and stay exact; the first is the
+  **mute dim**; ``pad`` zero dims make that sum solvable;
+- the text lane (the last dim): ``2**-20`` on text tokens (too small to move any mean square).
+
+**Chip positions** carry nothing but the chip's residual and the extra ballast: the chip's
+layers compute what they compute alone. Every base layer then adds exactly 0: **mute**
+columns on the mute dim drive its GDN ``z`` (the output gate), its MLP ``gate_proj`` and its
+attention's output gate (the gate half of ``q_proj``) to ``-2**40``, so silu/sigmoid give
+exactly 0, and its GDN ``a``/``b`` too (no decay, beta 0: a base GDN state passes a chip run
+unchanged). The final norm holds the chip's weights on the dims the chip's lm_head reads
+(and on its dims past the base's), so the chip's lm_head rows read exactly what they read
+alone; the base's lm_head rows read the mute dim with a large
+negative weight, so a text id never wins on a chip position.
+
+**Text positions** carry the base's residual and the text lane. The chip's pre-norms lift the
+text lane to about ``2**80 / rms`` and the chip's GDN ``z``/``a``/``b`` and MLP ``gate_proj``
+read it with weight -1: every chip layer adds exactly 0 and keeps its GDN state. RMSNorm then
+divides by ``H'`` instead of ``Hb`` (its output grows by ``sqrt(H'/Hb)``), compensated by
+multiplying every base hidden norm's ``1 + w`` over the base block by ``sqrt(Hb/H')``; on
+the base dims the chip's lm_head reads, the final norm's base factor moves into the base
+lm_head's columns instead (rounded once, to the tensor's dtype: text is close to, not equal to, the base's;
+docs/merge.md measures it). The final norm lifts the text lane to about ``2**80 / rms`` and
+the chip's lm_head rows read it with weight -1, so a chip id never wins on a text position.
 
 Layers: the chip's (its closing zero attention layer dropped: it adds exactly 0), then the
-base's. Text tokens carry nothing in the chip dims, so the chip's layers add exactly 0 on
-them (their projections read only chip dims) and the base layers see the base's residual
-with zeros beside it; RMSNorm then divides by ``H'`` instead of ``Hb`` (its output grows by
-``sqrt(H'/Hb)``), compensated by multiplying every hidden norm's ``1 + w`` over the base
-block by ``sqrt(Hb/H')`` (rounded to
-the tensor's dtype: text is close to, not equal to, the base's; docs/merge.md measures it).
-Chip tokens carry nothing in the base block and the ballast through to the lm_head: the
-chip's layers compute what they compute alone; the base layers read zeros, except their GDN
-``in_proj_a``/``in_proj_b`` **mute** columns on the chip's first ballast dim (``a = b =
--2**12`` on chip tokens: no decay, beta 0, so a base GDN state passes a chip run unchanged);
-the base's lm_head rows read that ballast dim with a large negative weight, so a text id
-never wins on a chip position.
+base's.
 
 Files: the weights in shards (the chip's layers first, then one shard per base shard; an
 ``mtp.*`` head is not carried: its width is the base's) with an index, ``config.json`` (the
@@ -65,19 +75,26 @@ from backends.merge.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, Te
                                    _header_bytes, write_file)
 from common.outputs import building_dir
 
-#: the text lane: its value on text tokens, the final norm's 1 + w on it, the chip lm_head
-#: rows' weight on it
+#: the text lane: its value on text tokens; the 1 + w of the final norm and of the chip's
+#: pre-norms on it (it comes out about 2**80 / rms); the weight the chip's gates and lm_head
+#: rows read it with
 TEXT_LANE = 2.0 ** -20
-TEXT_NORM = 2.0 ** 40
+TEXT_NORM = 2.0 ** 100
 TEXT_WEIGHT = -1.0
-#: |a| and |b| the mute columns give every base GDN layer on a chip token
-MUTE = 2.0 ** 12
+#: how far down the mute columns drive a base layer's gates (and GDN a, b) on a chip token
+MUTE = 2.0 ** 40
 #: how far down the base's lm_head rows go on a chip token
-TEXT_FLOOR = 2.0 ** 16
+TEXT_FLOOR = 2.0 ** 24
+#: the most zero dims added so the extra ballast's squares can fill the wider stream
+MAX_PAD = 8
 ROM_STATES = "deltachip/rom_states.safetensors"
 #: the tool-call bridge's byte tables (backends/merge/bridge.py), for the driver
 BRIDGE_TABLES = "deltachip/bridge.safetensors"
-MUTED = ("linear_attn.in_proj_a.weight", "linear_attn.in_proj_b.weight")
+#: the tensors that take a mute column: every row of these (base layers: on the mute dim;
+#: chip layers: on the text lane), and the gate half of a base attention's q_proj
+MUTED = ("linear_attn.in_proj_a.weight", "linear_attn.in_proj_b.weight",
+         "linear_attn.in_proj_z.weight", "mlp.gate_proj.weight")
+GATED_Q = "self_attn.q_proj.weight"
 RAW = {"BF16": np.uint16, "F16": np.uint16, "F32": np.uint32}
 #: most bytes of chip layers in one shard
 CHIP_SHARD = 2 << 30
@@ -87,31 +104,41 @@ CHIP_SHARD = 2 << 30
 class Layout:
     """Where everything sits in the merged residual (see the module docstring)."""
     hb: int                     # base width: dims [0, hb)
-    hc: int                     # chip width: dims [hb, hb + hc), its ballast first
-    extra: tuple[int, ...]      # extra ballast dim hb + hc + i holds extra[i] * 2**m
+    hc: int                     # chip width: dims [0, hc), its ballast first
+    extra: tuple[int, ...]      # extra ballast dim shared + i holds extra[i] * 2**m
     m: int                      # the chip's pre-norms multiply by 2**-m
-    cb: int                     # its normalised ballast is 2**cb
+    pad: int = 0                # zero dims after the extra ballast
     scale: float = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", math.sqrt(self.hb / self.hidden))
 
     @property
+    def over(self) -> int:
+        """The dims base and chip residuals take together: [0, max(hb, hc))."""
+        return max(self.hb, self.hc)
+
+    @property
     def hidden(self) -> int:
-        return self.hb + self.hc + len(self.extra) + 1
+        return self.over + len(self.extra) + self.pad + 1
+
+    @property
+    def mute_dim(self) -> int:
+        return self.over
 
     @property
     def text_dim(self) -> int:
         return self.hidden - 1
 
     def record(self) -> dict[str, Any]:
-        e0 = self.hb + self.hc
-        return {"hidden": self.hidden, "base_dims": [0, self.hb],
-                "chip_dims": [self.hb, e0], "mute_dim": self.hb,
+        e0 = self.over
+        return {"hidden": self.hidden, "base_dims": [0, self.hb], "chip_dims": [0, self.hc],
+                "shared_dims": [0, min(self.hb, self.hc)], "mute_dim": self.mute_dim,
                 "extra_ballast": {"dims": [e0, e0 + len(self.extra)],
                                   "values": [s * 2 ** self.m for s in self.extra]},
-                "text_lane": {"dim": self.text_dim, "value": TEXT_LANE,
-                              "final_norm": TEXT_NORM, "chip_lm_head_weight": TEXT_WEIGHT},
+                "pad_dims": [e0 + len(self.extra), self.text_dim],
+                "text_lane": {"dim": self.text_dim, "value": TEXT_LANE, "norms": TEXT_NORM,
+                              "chip_weight": TEXT_WEIGHT},
                 "base_norm_scale": self.scale, "mute": -MUTE, "text_floor": -TEXT_FLOOR}
 
 
@@ -143,9 +170,18 @@ def plan_layout(base: Base, chip: _Chip) -> Layout:
         raise MergeError(f"chip {chip.path}: its ballast (n_b {n_b}, 2^{num['b_res']}) does "
                          f"not make its pre-norms exactly 2^-{num['m']} at width {hc}; "
                          "recompile it")
-    # extra dims and the text lane widen the chip's stream by hb + n + 1; its energy must
-    # grow by 4^m per dim: Σ s_i² = hb + n + 1 with the ballast s_i * 2^m
-    return Layout(hb, hc, squares(hb + 1), int(num["m"]), int(num["cb"]))
+    # the base's dims past the chip's, n extra dims, the pad and the text lane widen the
+    # chip's stream; its energy must grow by 4^m per dim: Σ s_i² = (that width) with the
+    # ballast s_i * 2^m. Some widths take no such s_i (Σ s_i² - n is a sum of 3, 8, 15, ...):
+    # the fewest zero dims more that make one
+    for pad in range(MAX_PAD + 1):
+        try:
+            extra = squares(max(hb, hc) - hc + pad + 1)
+        except MergeError:
+            continue
+        return Layout(hb, hc, extra, int(num["m"]), pad)
+    raise MergeError(f"no {MAX_PAD} zero dims let ballast values of at most 8 significant "
+                     f"bits fill the stock stream of base {hb} and chip {hc} dims")
 
 
 # ---- tensors: blocks of source tensors placed in a zero output -----------------------------
@@ -156,6 +192,8 @@ class Block:
     path: Path
     row: int = 0
     col: int = 0
+    #: each column's factor (float64; rounded once to the output's dtype), or None: copied
+    scale: np.ndarray | None = None
 
 
 @dataclass
@@ -242,8 +280,10 @@ def chunks(p: Plan, zeros: list[int]) -> Iterator[bytes]:
             br, bc = _2d(b.src.shape)
             lo, hi = max(r0, b.row), min(r1, b.row + br)
             if lo < hi:
-                out[lo - r0:hi - r0, b.col:b.col + bc] = convert(
-                    read_rows(b, lo - b.row, hi - b.row), b.src.dtype, p.dtype)
+                raw = read_rows(b, lo - b.row, hi - b.row)
+                out[lo - r0:hi - r0, b.col:b.col + bc] = (
+                    convert(raw, b.src.dtype, p.dtype) if b.scale is None else
+                    encode(decode(raw, b.src.dtype) * b.scale, p.dtype))
         for c0, c1, col, value in p.consts:
             lo, hi = max(r0, c0), min(r1, c1)
             if lo < hi:
@@ -280,6 +320,7 @@ class _Planner:
         self.ct = {n: (h.path, t) for h in chip.files for n, t in h.tensors.items()}
         self.lc = int(chip.config["num_hidden_layers"]) - 1     # the zero attention layer off
         self.cdtype = "F32" if chip.chip["dtype"] == "fp32" else "BF16"
+        self._readout: np.ndarray | None = None
 
     def norm_values(self, w: np.ndarray, dtype: str) -> np.ndarray:
         """A base hidden norm's weights ``w`` widened: 1 + w scaled by sqrt(Hb/H') on the
@@ -288,23 +329,35 @@ class _Planner:
         out[:self.lay.hb] = (1.0 + w) * self.lay.scale - 1.0
         return encode(out, dtype)
 
-    def widened(self, name: str, path: Path, t: TensorEntry, at: int, out_name: str) -> Plan:
-        """A layer tensor of the base (``at`` = 0) or the chip (``at`` = Hb) in the merged
-        width."""
-        H = self.lay.hidden
+    def widened(self, name: str, path: Path, t: TensorEntry, chip: bool,
+                out_name: str) -> Plan:
+        """A layer tensor of the base or the chip in the merged width, with its mute
+        columns: a base layer's gates read the mute dim, a chip layer's the text lane."""
+        lay, H = self.lay, self.lay.hidden
         if name.endswith(COLS):
-            p = Plan(out_name, t.dtype, (t.shape[0], H), [Block(t, path, 0, at)])
-            if at == 0 and name.endswith(MUTED):
-                p.consts.append((0, t.shape[0], self.lay.hb, -MUTE / 2.0 ** self.lay.cb))
+            p = Plan(out_name, t.dtype, (t.shape[0], H), [Block(t, path)])
+            if chip:        # on a text token the chip's pre-norms lift the text lane
+                if name.endswith(MUTED):
+                    p.consts.append((0, t.shape[0], lay.text_dim, TEXT_WEIGHT))
+                return p
+            mute = -MUTE / lay.extra[0]     # the mute dim comes out of a norm as extra[0]
+            if name.endswith(MUTED):
+                p.consts.append((0, t.shape[0], lay.mute_dim, mute))
+            elif name.endswith(GATED_Q):    # per head: head_dim query rows, head_dim gate rows
+                d = int(self.base.config["head_dim"])
+                p.consts += [(r + d, r + 2 * d, lay.mute_dim, mute)
+                             for r in range(0, t.shape[0], 2 * d)]
             return p
         if name.endswith(ROWS):
-            return Plan(out_name, t.dtype, (H, t.shape[1]), [Block(t, path, at, 0)])
+            return Plan(out_name, t.dtype, (H, t.shape[1]), [Block(t, path)])
         if name.endswith(NORMS):
-            if at == 0:     # in the chip's dtype when wider: fp32 keeps the scale finer
+            if not chip:    # in the chip's dtype when wider: fp32 keeps the scale finer
                 dt = common_dtype(t.dtype, self.cdtype)
                 w = decode(read_rows(Block(t, path), 0, 1)[0], t.dtype)
                 return Plan(out_name, dt, (H,), data=self.norm_values(w, dt))
-            return Plan(out_name, t.dtype, (H,), [Block(t, path, 0, at)])
+            p = Plan(out_name, t.dtype, (H,), [Block(t, path)])
+            p.consts.append((0, 1, lay.text_dim, TEXT_NORM - 1.0))
+            return p
         return Plan(out_name, t.dtype, t.shape, [Block(t, path)])
 
     def chip_layers(self) -> list[list[Plan]]:
@@ -312,7 +365,7 @@ class _Planner:
         shards: list[list[Plan]] = [[]]
         size = 0
         for i in range(self.lc):
-            layer = [self.widened(n, p, t, self.lay.hb, n) for n, (p, t) in self.ct.items()
+            layer = [self.widened(n, p, t, True, n) for n, (p, t) in self.ct.items()
                      if n.startswith(f"model.layers.{i}.")]
             nbytes = sum(p.nbytes for p in layer)
             if shards[-1] and size + nbytes > CHIP_SHARD:
@@ -344,7 +397,7 @@ class _Planner:
                     mt = LAYER.match(n)
                     assert mt, n
                     new = f"model.layers.{int(mt.group(1)) + self.lc}.{mt.group(2)}"
-                    plans.append(self.widened(n, h.path, t, 0, new))
+                    plans.append(self.widened(n, h.path, t, False, new))
             out.append(plans)
         return out
 
@@ -355,32 +408,69 @@ class _Planner:
         cp, ct = self._chip("model.embed_tokens.weight")
         lay, vb = self.lay, t.shape[0]
         p = Plan("model.embed_tokens.weight", common_dtype(t.dtype, ct.dtype),
-                 (vb + ct.shape[0], lay.hidden), [Block(t, path), Block(ct, cp, vb, lay.hb)])
+                 (vb + ct.shape[0], lay.hidden), [Block(t, path), Block(ct, cp, vb, 0)])
         p.consts.append((0, vb, lay.text_dim, TEXT_LANE))
         for i, s in enumerate(lay.extra):
-            p.consts.append((vb, vb + ct.shape[0], lay.hb + lay.hc + i, float(s * 2 ** lay.m)))
+            p.consts.append((vb, vb + ct.shape[0], lay.over + i, float(s * 2 ** lay.m)))
         return p
 
+    def readout(self) -> np.ndarray:
+        """The merged dims where the final norm must be the chip's (bool over the merged
+        width): the chip's dims its lm_head reads, and its dims past the base's."""
+        if self._readout is None:
+            cp, ct = self._chip("lm_head.weight")
+            rows, cols = _2d(ct.shape)
+            mask = 0x7FFF if ct.dtype in ("BF16", "F16") else 0x7FFFFFFF
+            read = np.zeros(cols, dtype=bool)
+            step = max(1, CHUNK // (cols * DTYPE_BYTES[ct.dtype]))
+            for r0 in range(0, rows, step):
+                read |= np.any(read_rows(Block(ct, cp), r0, min(rows, r0 + step)) & mask,
+                               axis=0)
+            out = np.zeros(self.lay.hidden, dtype=bool)
+            out[:cols] = read
+            out[self.lay.hb:self.lay.hc] = True
+            self._readout = out
+        return self._readout
+
+    def final_factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """1 + w of the final norm over the merged width, as the merge writes it (the chip's
+        on :meth:`readout`, else the base's times sqrt(Hb/H'), unrounded), and the factor
+        the base's lm_head columns take so that text sees the base's factor everywhere."""
+        lay = self.lay
+        bp, bt = self.bt["model.norm.weight"]
+        cp, ct = self._chip("model.norm.weight")
+        fb, fc = np.ones(lay.hidden), np.ones(lay.hidden)
+        fb[:lay.hb] = (1.0 + decode(read_rows(Block(bt, bp), 0, 1)[0], bt.dtype)) * lay.scale
+        fc[:lay.hc] = 1.0 + decode(read_rows(Block(ct, cp), 0, 1)[0], ct.dtype)
+        chip = self.readout()
+        if not np.all(fc[chip]):
+            raise MergeError(f"chip {self.chip.path}: its final norm zeroes a dim its lm_head "
+                             "reads: recompile it")
+        f = np.where(chip, fc, fb)
+        return f, (fb / f)[:lay.hb]
+
     def lm_head(self, path: Path, t: TensorEntry) -> Plan:
+        """The base's rows with their columns on the chip's readout dims times the base's
+        final-norm factor over the chip's (the final norm holds the chip's there), and the
+        mute dim's floor; the chip's rows with the text lane's."""
         cp, ct = self._chip("lm_head.weight")
         lay, vb = self.lay, t.shape[0]
-        npath, nt = self._chip("model.norm.weight")
-        f0 = 1.0 + float(decode(read_rows(Block(nt, npath), 0, 1)[0][:1], nt.dtype)[0])
+        _, scale = self.final_factors()
         p = Plan("lm_head.weight", common_dtype(t.dtype, ct.dtype),
-                 (vb + ct.shape[0], lay.hidden), [Block(t, path), Block(ct, cp, vb, lay.hb)])
-        p.consts.append((0, vb, lay.hb, -TEXT_FLOOR / (2.0 ** lay.cb * f0)))
+                 (vb + ct.shape[0], lay.hidden),
+                 [Block(t, path, scale=scale), Block(ct, cp, vb, 0)])
+        p.consts.append((0, vb, lay.mute_dim, -TEXT_FLOOR / lay.extra[0]))
         p.consts.append((vb, vb + ct.shape[0], lay.text_dim, TEXT_WEIGHT))
         return p
 
     def final_norm(self, path: Path, t: TensorEntry) -> Plan:
+        """The chip's on its readout dims, the base's (compensated) elsewhere, the text
+        lane's lift."""
         cp, ct = self._chip("model.norm.weight")
         dtype = common_dtype(t.dtype, ct.dtype)
-        lay = self.lay
-        w = decode(self.norm_values(decode(read_rows(Block(t, path), 0, 1)[0], t.dtype),
-                                    dtype), dtype)
-        w[lay.hb:lay.hb + lay.hc] = decode(read_rows(Block(ct, cp), 0, 1)[0], ct.dtype)
-        w[lay.text_dim] = TEXT_NORM
-        return Plan("model.norm.weight", dtype, (lay.hidden,), data=encode(w, dtype))
+        f, _ = self.final_factors()
+        f[self.lay.text_dim] = TEXT_NORM
+        return Plan("model.norm.weight", dtype, (self.lay.hidden,), data=encode(f - 1.0, dtype))
 
 
 def check_chip_fits(base: Base, chip: _Chip) -> None:
@@ -465,7 +555,8 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                              "base_layers": [pl.lc, pl.lc + int(base.config["num_hidden_layers"])],
                              "rom_states": ROM_STATES if roms else None,
                              "rom_layers": sorted(chip.rom_states),
-                             "mtp_dropped": any(t.startswith("mtp.") for t in pl.bt)}
+                             "mtp_dropped": any(t.startswith("mtp.") for t in pl.bt),
+                             "chip_final_norm_dims": np.flatnonzero(pl.readout()).tolist()}
         if firmware is not None:
             manifest["firmware"] = firmware.manifest()
             bridge = _bridge(base, chip)

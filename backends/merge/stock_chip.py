@@ -50,9 +50,9 @@ _MAX_CONFIG = 1 << 20
 
 @dataclass(frozen=True)
 class StockDims:
-    """Where the chip sits in a stock merge: dims ``[hb, hb + hc)`` of a residual of
+    """Where the chip sits in a stock merge: dims ``[start, start + hc)`` of a residual of
     ``hidden``; decoder layers ``[0, layers)``; ids ``[offset, offset + vocab)``."""
-    hb: int
+    start: int
     hc: int
     hidden: int
     layers: int
@@ -61,7 +61,7 @@ class StockDims:
 
     @property
     def dims(self) -> slice:
-        return slice(self.hb, self.hb + self.hc)
+        return slice(self.start, self.start + self.hc)
 
 
 def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> StockDims:
@@ -71,14 +71,14 @@ def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> Stock
     try:
         cfg = json.loads(read_bounded(f, _MAX_CONFIG, "a Qwen3.5 config.json"))
         st, tokens = manifest["stock"], manifest["tokens"]
-        (hb, h1), (l0, lc) = st["chip_dims"], st["chip_layers"]
+        (c0, h1), (l0, lc) = st["chip_dims"], st["chip_layers"]
         hidden, offset, vocab = st["hidden"], tokens["offset"], tokens["count"]
     except (OSError, InputTooLarge, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise ChipDirError(f"{f}: unreadable or not JSON: {REMERGE}") from None
     except (KeyError, TypeError, ValueError):
         raise ChipDirError(f"{d / 'deltachip.json'}: its stock section or token range is "
                            f"missing or malformed: {REMERGE}") from None
-    if not all(type(x) is int and x >= 0 for x in (hb, h1, l0, lc, hidden, offset, vocab)):
+    if not all(type(x) is int and x >= 0 for x in (c0, h1, l0, lc, hidden, offset, vocab)):
         raise ChipDirError(f"{d / 'deltachip.json'}: its stock dims are not counts: {REMERGE}")
     ccfg = chip["config"]
     kinds = cfg.get("layer_types") if isinstance(cfg, dict) else None
@@ -86,8 +86,8 @@ def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> Stock
     want.update({k: ccfg.get(k) for k in SAME_FIELDS})
     problems = [f"config.json's {k} is {cfg.get(k)!r}, not {v!r}" for k, v in want.items()
                 if not isinstance(cfg, dict) or cfg.get(k) != v]
-    if h1 - hb != ccfg["hidden_size"] or h1 >= hidden:
-        problems.append(f"the chip's dims [{hb}, {h1}) do not hold its residual of "
+    if h1 - c0 != ccfg["hidden_size"] or h1 >= hidden:
+        problems.append(f"the chip's dims [{c0}, {h1}) do not hold its residual of "
                         f"{ccfg['hidden_size']} in a residual of {hidden}")
     if l0 != 0 or lc != ccfg["num_hidden_layers"] - 1:
         problems.append(f"the chip's layers [{l0}, {lc}) are not its first "
@@ -99,7 +99,7 @@ def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> Stock
     if problems:
         raise ChipDirError(f"{d}: the stock merge does not match deltachip/chip.json "
                            f"({problems[0]}): {REMERGE}")
-    return StockDims(hb, h1 - hb, hidden, lc, offset, vocab)
+    return StockDims(c0, h1 - c0, hidden, lc, offset, vocab)
 
 
 class StockChip:

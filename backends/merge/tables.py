@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from backends.chipschema import kind_ids
 from backends.merge.modeling_deltachip import HEAD_CHUNK, embedding_rows, head_rows
 from backends.merge.stfile import Header, OutTensor, Rows
 
@@ -145,16 +146,17 @@ def _first_bad(got: torch.Tensor, want: torch.Tensor) -> int:
 
 def _head(W: Rows, dtype: str, chip: dict[str, Any]) -> list[OutTensor] | str:
     V, H = W.shape
-    kinds = sorted((k["offset"], k["payload_bits"]) for k in chip["tokens"]["kinds"])
+    kinds = sorted((k["offset"], k["payload_bits"], kind_ids(k))
+                   for k in chip["tokens"]["kinds"])
     at = 0
-    for off, nb in kinds:
+    for off, nb, n in kinds:
         if off != at:
             return f"the token kinds leave ids {at}..{off - 1} uncovered"
-        at = off + (1 << nb)
+        at = off + n
     if at != V:
         return f"the token kinds cover {at} ids, the lm_head has {V} rows"
     rows, table = [], []
-    for off, nb in kinds:
+    for off, nb, _ in kinds:
         base = _float32(np.array(W[off]), dtype).astype(np.float64)
         table.append((off, nb, len(rows)))
         rows.append(base)
@@ -169,9 +171,9 @@ def _head(W: Rows, dtype: str, chip: dict[str, Any]) -> list[OutTensor] | str:
            _bits_tensor("chip.lm_head.basis", basis)]
     tkinds, tbasis = torch.from_numpy(tk), torch.from_numpy(basis.view(np.int32).copy())
     _, tdt, tint = WORDS[dtype]
-    for off, nb in kinds:
-        for lo in range(off, off + (1 << nb), HEAD_CHUNK):
-            hi = min(off + (1 << nb), lo + HEAD_CHUNK)
+    for off, nb, n in kinds:
+        for lo in range(off, off + n, HEAD_CHUNK):
+            hi = min(off + n, lo + HEAD_CHUNK)
             got = head_rows(tkinds, tbasis, tdt, lo, hi).view(tint)
             want = torch.from_numpy(np.array(W[lo:hi]).view(_SIGNED[dtype]))
             if not torch.equal(got, want):

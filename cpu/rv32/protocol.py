@@ -7,7 +7,7 @@ protocol's own (the current 8-word block: the last Jump's, or the one after it o
 ran; and the Step's lo), the values come from the tokens.
 
 Kinds (core.hdl): Jump(pc), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
-Fault(cause), End(v), DivStep(i, v), Fix(v), Next(keep, v), Want, In(b).
+Fault(cause), End(v), DivStep(v, i), Fix(v), Next(keep, v), Want, In(b).
 The core emits Want after a byte load from the UART's input; whoever runs it feeds In(next
 input byte) in its place (:class:`InputFeed`), so the stream the reader sees has In there.
 An executing token (Jump, Step, Next, Out with go = 1) is one instruction; it retires (and is

@@ -277,6 +277,30 @@ class Elaborator(ExprMixin, StmtMixin):
         out.kinds = [k.kind for k in self.kinds]
         return out
 
+    def field_bound(self, s: ast.TokenDecl, fd: ast.FieldDecl, t: Type, scope: Scope
+                    ) -> int | None:
+        """The bound of token field ``fd`` (``i: u4 < 11``), checked: the kind's last field
+        (the payload's highest bits, so the kind's ids stay one run), unsigned, and
+        wider than the field's lower half (every single bit of it stays an id)."""
+        assert fd.bound is not None
+        b = self.const_eval(fd.bound, scope, "field bound")
+        if b is None:
+            return None
+        where = f"field '{fd.name}' of {s.name}"
+        if fd is not s.fields[-1]:
+            self.err(fd.bound.loc, f"{where}: only a kind's last field may have a bound (it is "
+                                   f"the payload's highest bits): declare '{fd.name}' last")
+        elif t.signed or t.enum:
+            self.err(fd.bound.loc, f"{where}: a bound needs an unsigned field, not "
+                                   f"{'an enum' if t.enum else 'a signed one'}")
+        elif not (1 << (t.width - 1)) < b <= (1 << t.width):
+            self.err(fd.bound.loc, f"{where}: bound {b} must be above {1 << (t.width - 1)} "
+                                   f"and at most {1 << t.width} for u{t.width} (a smaller "
+                                   "bound fits a narrower field)")
+        else:
+            return b
+        return None
+
     def decls_of_circuit(self, decl: ast.CircuitDecl, scope: Scope, out: Circuit) -> None:
         """Token kinds, memories and the start token (they may appear anywhere in the body)."""
         for s in decl.body.stmts:
@@ -294,7 +318,10 @@ class Elaborator(ExprMixin, StmtMixin):
                     esym = scope.lookup(t.enum) if t.enum else None
                     enum = ((esym.name, tuple(esym.members.items()))
                             if isinstance(esym, EnumSym) else None)
-                    fields.append(Field(fd.name, t.width, t.signed, enum))
+                    bound = None
+                    if fd.bound is not None:
+                        bound = self.field_bound(s, fd, t, scope)
+                    fields.append(Field(fd.name, t.width, t.signed, enum, bound))
                     ftypes.append(t)
                 ks = KindSym(len(self.kinds), TokenKind(s.name, tuple(fields), s.loc, s.halt), ftypes, s.loc)
                 if self.declare(scope, s.name, ks, s.loc):

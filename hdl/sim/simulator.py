@@ -122,6 +122,9 @@ class Simulator:
             if not 0 <= v < (1 << f.width):
                 raise SimError(f"token {kind.name}: field {f.name} = {v} does not fit "
                                f"{f.width} bits (fields are unsigned encodings)")
+            if f.bound is not None and v >= f.bound:
+                raise SimError(f"token {kind.name}: field {f.name} = {v} is not below its "
+                               f"bound {f.bound}")
             vec[j] = v
         return vec
 
@@ -131,7 +134,15 @@ class Simulator:
             where = f"step {step}: " if step is not None else ""
             raise SimError(f"{where}circuit '{self.circuit.name}' emitted token kind "
                            f"index {k}, but it declares only {len(self.circuit.kinds)} kinds")
-        return Token(k, tuple(vec[j] for j in self.layout.field_offset[k]))
+        tok = Token(k, tuple(vec[j] for j in self.layout.field_offset[k]))
+        last = self.circuit.kinds[k].fields[-1:]
+        if last and last[0].bound is not None and tok.fields[-1] >= last[0].bound:
+            f, loc = last[0], self.circuit.kinds[k].loc
+            where = f"step {step}: " if step is not None else ""
+            raise SimError(f"{where}circuit '{self.circuit.name}' emitted {self.circuit.kinds[k].name} "
+                           f"with {f.name} = {tok.fields[-1]}, not below the bound {f.bound} "
+                           f"its kind declares at {loc}")
+        return tok
 
     def named(self, values: Sequence[int]) -> dict[str, int]:
         """``{signal name: value}`` for every named signal, from ``StepResult.values``."""

@@ -283,6 +283,30 @@ CASES = {
             next = Count(valeu: 1);
                          ^
         """),
+    "a bound on a field that is not the last": ("""
+        circuit C {
+            token T(i: u4 < 11, v: u3) halt;
+            next = T(i: 0, v: 0);
+        }
+        """, """
+        t.hdl:2:21: error: field 'i' of T: only a kind's last field may have a bound (it is the payload's highest bits): declare 'i' last
+            token T(i: u4 < 11, v: u3) halt;
+                            ^
+        """),
+    "a bound a narrower field holds, or a signed one": ("""
+        circuit C {
+            token T(v: u3, i: u4 < 8) halt;
+            token S(v: s4 < 12) halt;
+            next = T(v: 0, i: 0);
+        }
+        """, """
+        t.hdl:2:28: error: field 'i' of T: bound 8 must be above 8 and at most 16 for u4 (a smaller bound fits a narrower field)
+            token T(v: u3, i: u4 < 8) halt;
+                                   ^
+        t.hdl:3:21: error: field 'v' of S: a bound needs an unsigned field, not a signed one
+            token S(v: s4 < 12) halt;
+                            ^
+        """),
     "widths outside 1..64": ("""
         module m (in a: u[65], out y: u0) {
             y = 0;

@@ -53,7 +53,11 @@ def _float(dtype, raw):
 
 
 @pytest.mark.parametrize("base", ["tied", "sharded"])
-def test_loads_without_remote_code_and_keeps_base_tensors(bases, stock, base):
+def test_loads_without_remote_code_and_keeps_base_tensors(bases, stock, qchips, base):
+    """Every base tensor keeps its bytes in its block, except: the hidden norms (1 + w
+    times sqrt(Hb/H')), the final norm on the dims the chip's lm_head reads (the chip's
+    there) and the base lm_head's columns on those dims (the base's final-norm factor over
+    the chip's)."""
     out, rep = stock(base, "counter")
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["model_type"] == "qwen3_5_text" and "auto_map" not in cfg
@@ -67,14 +71,28 @@ def test_loads_without_remote_code_and_keeps_base_tensors(bases, stock, base):
     if "lm_head.weight" not in want:
         want["lm_head.weight"] = want["model.embed_tokens.weight"]
     scale = st["base_norm_scale"]
+    chip = _raw(qchips["counter"])
+    chip_norm = _float(*chip["model.norm.weight"])
+    base_norm = _float(*want["model.norm.weight"])
+    reads = np.flatnonzero(np.any(chip["lm_head.weight"][1] & 0x7FFF, axis=0))
+    assert st["chip_final_norm_dims"] == reads.tolist() and 0 < len(reads) < hb
+    rd, other = reads[reads < hb], np.setdiff1d(np.arange(hb), reads)
     for name, (wt, w) in want.items():
         mt = re.match(r"model\.layers\.(\d+)\.(.*)", name)
         new = f"model.layers.{int(mt.group(1)) + lc}.{mt.group(2)}" if mt else name
         gt, g = got[new]
         g = g[tuple(slice(0, s) for s in w.shape)]
+        if name == "model.norm.weight":
+            assert torch.equal(_float(gt, g)[rd], chip_norm[rd])
+            g, w = g[other], w[other]
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
             assert torch.allclose(_float(gt, g) + 1, (_float(wt, w) + 1) * scale,
                                   rtol=2 ** -8, atol=2 ** -9), name
+        elif name == "lm_head.weight":
+            factor = (base_norm[rd] + 1) * scale / (chip_norm[rd] + 1)
+            assert torch.allclose(_float(gt, g[:, rd]), _float(wt, w[:, rd]) * factor,
+                                  rtol=2 ** -8, atol=0)
+            assert gt == wt and g[:, other].tobytes() == w[:, other].tobytes()
         else:                       # the base's bytes in their block
             assert gt == wt and g.tobytes() == w.tobytes(), name
 
