@@ -9,13 +9,16 @@ and merged with ``--layout stock``. On 16 prompts of ordinary English per base: 
 over the bases), and how many 16-token greedy continuations are the base's (summed over the
 bases), in bf16 and fp32; beside them the same figures for the base's own bf16 against its
 fp32 (what bf16 alone costs). A greedy continuation on such a base flips on any change of
-rounding, so one base's 16 are a lottery: the seeds make it a count.
+rounding, so one base's 16 are a lottery: the seeds make it a count. ``--wide N`` adds the
+same figures on a random base with Qwen3.5-4B's own shapes (hidden 2,560, vocab 248,320)
+and N layers, so the layout widens it as it widens the real model (to 2,564).
 
 Size and resources (``--layers N``, 0 to skip): a random base with Qwen3.5-4B's shapes and N
 layers (benchmarks/merge_figures.py), the counter compiled for it, ``deltachip merge
 --layout stock`` in a child under ``/usr/bin/time -v``, then both loaded in transformers.
 
     python benchmarks/merge_stock_fidelity.py --layers 4 --dir /tmp/stock-figures
+    python benchmarks/merge_stock_fidelity.py --layers 0 --seeds 1 --wide 4
 """
 from __future__ import annotations
 
@@ -109,10 +112,7 @@ def totals(rows: list[dict]) -> list[dict]:
 
 
 def _fidelity(d: Path, sharp: float, seed: int) -> list[dict]:
-    import deltachip
-    from transformers import AutoTokenizer
-    from backends.merge.stock import merge_stock
-    from tests.merge.bases import VOCAB, make_base
+    from tests.merge.bases import make_base
     rows = []
     for name, k in (("tiny", 1.0), (f"tiny, final norm x{sharp:g}", sharp)):
         base = make_base(d / f"base{k:g}", tied=True, seed=seed)
@@ -121,20 +121,43 @@ def _fidelity(d: Path, sharp: float, seed: int) -> list[dict]:
             with torch.no_grad():
                 m.model.norm.weight.copy_((1 + m.model.norm.weight.float()) * k - 1)
             m.save_pretrained(str(base))
-        tok = AutoTokenizer.from_pretrained(str(base))
-        b16, b32 = _load(base, torch.bfloat16), _load(base, torch.float32)
-        floor = compare(b32, b16, tok, VOCAB)
-        rows.append({"base": name, "what": "base bf16 vs base fp32 (noise floor)", **floor})
-        for dtype, tdt, ref in (("bf16", torch.bfloat16, b16), ("fp32", torch.float32, b32)):
-            circuit = deltachip.load(str(ROOT / "examples/counter/counter.hdl"))
-            chip = deltachip.compile(circuit, target=str(base / "config.json"),
-                                     dtype=dtype).save(d / f"counter{k:g}{dtype}")
-            out = d / f"stock{k:g}{dtype}"
-            rep = merge_stock(base, out, chip)
-            got = compare(ref, _load(out, tdt), tok, VOCAB)
-            rows.append({"base": name, "what": f"stock vs base, {dtype} (hidden "
-                         f"{rep.hidden})", **got})
+        rows += base_rows(name, base, d / f"k{k:g}")
     return rows
+
+
+def base_rows(name: str, base: Path, d: Path) -> list[dict]:
+    """The noise floor of ``base`` and its stock merge with the counter (compiled for it)
+    against it, in bf16 and fp32 (rows as :func:`compare` gives them)."""
+    import deltachip
+    from transformers import AutoTokenizer
+    from backends.merge.stock import merge_stock
+    vocab = int(json.loads((base / "config.json").read_text())["vocab_size"])
+    tok = AutoTokenizer.from_pretrained(str(base))
+    b16, b32 = _load(base, torch.bfloat16), _load(base, torch.float32)
+    rows = [{"base": name, "what": "base bf16 vs base fp32 (noise floor)",
+             **compare(b32, b16, tok, vocab)}]
+    for dtype, tdt, ref in (("bf16", torch.bfloat16, b16), ("fp32", torch.float32, b32)):
+        circuit = deltachip.load(str(ROOT / "examples/counter/counter.hdl"))
+        chip = deltachip.compile(circuit, target=str(base / "config.json"),
+                                 dtype=dtype).save(d / f"counter{dtype}")
+        out = d / f"stock{dtype}"
+        rep = merge_stock(base, out, chip)
+        got = compare(ref, _load(out, tdt), tok, vocab)
+        rows.append({"base": name, "what": f"stock vs base, {dtype} (hidden {rep.hidden})",
+                     **got})
+        shutil.rmtree(out)
+    return rows
+
+
+def wide(d: Path, layers: int) -> list[dict]:
+    """:func:`base_rows` on a random base with Qwen3.5-4B's shapes (hidden 2560, vocab
+    248,320) and ``layers`` layers: the width the real model widens by (2,560 to 2,564)."""
+    from benchmarks.merge_figures import build_base
+    shutil.rmtree(d, ignore_errors=True)
+    build_base(d / "base", layers, 1)
+    rows = base_rows(f"Qwen3.5-4B shapes, {layers} layers", d / "base", d)
+    shutil.rmtree(d, ignore_errors=True)
+    return [{**r, "bases": 1} for r in rows]
 
 
 def resources(d: Path, layers: int) -> dict:
@@ -197,11 +220,16 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4],
                     help="one tiny base per seed (default 1 2 3 4)")
     ap.add_argument("--no-fidelity", action="store_true", help="only the size and resources")
+    ap.add_argument("--wide", type=int, default=0, metavar="N",
+                    help="also the fidelity on a random base with Qwen3.5-4B's shapes and N "
+                         "layers (its width; needs about 15 GB of memory at N = 4)")
     a = ap.parse_args()
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    for row in [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp, a.seeds):
+    rows = [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp, a.seeds)
+    rows += wide(d / "wide", a.wide) if a.wide else []
+    for row in rows:
         print(f"{row['base']:<26} {row['what']:<40} max|dlogit| {row['max_dlogit']:.3g}  "
               f"mean KL {row['mean_kl']:.3g}  greedy equal {row['greedy_equal']}/"
               f"{row['prompts']} ({row['bases']} bases)")
