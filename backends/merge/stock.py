@@ -105,7 +105,7 @@ class Layout:
     """Where everything sits in the merged residual (see the module docstring)."""
     hb: int                     # base width: dims [0, hb)
     hc: int                     # chip width: dims [0, hc), its ballast first
-    extra: tuple[int, ...]      # extra ballast dim shared + i holds extra[i] * 2**m
+    extra: tuple[int, ...]      # extra ballast dim over + i holds extra[i] * 2**m
     m: int                      # the chip's pre-norms multiply by 2**-m
     pad: int = 0                # zero dims after the extra ballast
     scale: float = field(init=False)

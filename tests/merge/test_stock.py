@@ -173,7 +173,7 @@ def test_chip_path_is_the_chip_alone(stock, qchips, chip, dtype):
 
 def test_a_chip_run_leaves_the_base_gdn_state_alone(bases, stock, qchips):
     """Text, then chip tokens: the mute columns keep every base GDN layer's recurrent state
-    as the text left it (a = b = -4096: no decay, beta 0)."""
+    as the text left it (a = b = about -2^40: no decay, beta 0)."""
     from transformers import AutoTokenizer
     out, _ = stock("tied", "counter")
     m = _plain(out, torch.bfloat16)
