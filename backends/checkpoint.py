@@ -44,7 +44,7 @@ from backends.chipschema import SchemaError, check_chip
 from backends.target import json_kind
 from common.errors import UserError
 from common.inputs import InputTooLarge, read_bounded
-from common.outputs import building_dir, os_reason, prepare_dir_output
+from common.outputs import building_dir, disk_shortfall, os_reason, prepare_dir_output
 
 FORMAT = "deltachip-chip"
 FORMAT_VERSION = 2          # 2: enum fields in the circuit, the config copy, format_version
@@ -153,11 +153,16 @@ def write_checkpoint(out_dir: str | Path, config: dict[str, Any], groups: Sequen
     beyond, group i becomes shard i, each built by its ``make()``, saved and freed before
     the next, then the index is written. ``chip()`` is called after the last group (so it
     may use what ``make()`` gathered, e.g. nonzero counts). Tensors must already be in the
-    checkpoint's dtype."""
+    checkpoint's dtype. A disk without room for the groups' bytes is an OutputDirError
+    before any group is made."""
     from safetensors.torch import save_file
     out = prepare_output(out_dir)
+    total = sum(g.nbytes for g in groups)
+    short = disk_shortfall(out, total)
+    if short is not None:       # before any weight is built: a big chip takes minutes
+        raise OutputDirError(out, f"the checkpoint ({total:,} bytes of weights) {short} "
+                                  "(nothing was written)")
     with building_dir(out, OutputDirError, "cannot write the checkpoint") as tmp:
-        total = sum(g.nbytes for g in groups)
         if total <= single_file_limit:
             tensors: dict[str, torch.Tensor] = {}
             for g in groups:

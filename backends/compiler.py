@@ -166,11 +166,16 @@ def compile_to_dir(circuit: Circuit, out_dir: str | Path, target: str | Target =
                    dtype: DType | str = DType.BF16, roms: dict[str, list[int]] | None = None,
                    progress: Progress | None = None,
                    single_file_limit: int = SINGLE_FILE_LIMIT,
-                   byte_cells: bool | None = None) -> Compiled:
+                   byte_cells: bool | None = None,
+                   approve: Callable[[emit.Emission], None] | None = None) -> Compiled:
     """Compile ``circuit`` and write the checkpoint directory ``out_dir`` (:func:`write_dir`; a bad
-    ``out_dir`` is refused before compiling). The returned :class:`Compiled` has an empty
-    state dict."""
+    ``out_dir`` is refused before compiling). ``approve(emission)``, when given, is called
+    once the chip is planned and before any weight is built, and may refuse it by raising
+    (what a caller knows about the chip's size: room on another disk). The returned
+    :class:`Compiled` has an empty state dict."""
     prepare_output(out_dir)
     emission = plan_circuit(circuit, target, dtype, progress, byte_cells)
+    if approve is not None:
+        approve(emission)
     chip = write_dir(emission, out_dir, roms, progress, single_file_limit)
     return Compiled(emission.prog, {}, emission.config, chip, emission.proof)

@@ -18,6 +18,8 @@ Takes: the path the user asked for. Gives:
 - :func:`prepare_dir_output`: the checks before a command builds an output directory (a
   compiled chip, a merged checkpoint): absent, empty, or one the command wrote before;
   :func:`building_dir` builds it in a temporary directory and renames it into place.
+- :func:`disk_shortfall`: whether an output of a known size fits its disk, asked before
+  any work is written (a full disk found half way costs the time spent up to there).
 - :func:`os_reason` / :func:`write_reason`: the words for why a write failed.
 """
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import Callable, Iterator
 from common.errors import UserError
 
 TEMP_TAG = "deltachip"
+#: room kept free on an output's disk beyond what is written there
+DISK_MARGIN = 64 << 20
 
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -215,6 +219,26 @@ def prepare_dir_output(path: str | Path, error: Callable[[Path, str], UserError]
     except OSError as e:
         raise error(p, f"cannot write in {parent}: {os_reason(e)}") from None
     return p
+
+
+def disk_folder(out: str | Path) -> Path:
+    """The nearest folder above ``out`` that exists: where ``out`` will be written, for
+    asking about its disk before its parents are made."""
+    parent = Path(out).absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def disk_shortfall(out: str | Path, need: int) -> str | None:
+    """None when the disk that will hold ``out`` has ``need`` bytes (and
+    :data:`DISK_MARGIN`) free; otherwise the words for why not (``needs X GiB, PARENT has Y
+    GiB free``), asked of :func:`disk_folder`."""
+    parent = disk_folder(out)
+    free = shutil.disk_usage(parent).free
+    if free >= need + DISK_MARGIN:
+        return None
+    return f"needs {(need + DISK_MARGIN) / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free"
 
 
 @contextmanager

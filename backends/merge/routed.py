@@ -41,7 +41,7 @@ from backends.chipschema import kind_ids
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
-from common.outputs import building_dir, os_reason, prepare_dir_output
+from common.outputs import building_dir, disk_shortfall, os_reason, prepare_dir_output
 
 
 
@@ -61,8 +61,6 @@ MODEL_TYPE = "deltachip_routed"
 OURS = {"config.json", INDEX, MANIFEST, MODELING, "deltachip", "generation_config.json",
         "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
         "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json"}
-#: room kept free on the output's disk beyond the checkpoint's size
-DISK_MARGIN = 64 << 20
 DTYPE_NAMES = {"bf16": "bfloat16", "fp32": "float32"}
 #: how the chip's token tables may be stored (merge_routed's ``tables``)
 TABLES = ("auto", "structured", "plain")
@@ -353,11 +351,9 @@ def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
 
 def check_disk(out: Path, need: int) -> None:
     """MergeError unless OUT_DIR's parent has ``need`` bytes (and the margin) free."""
-    parent = out.absolute().parent
-    free = shutil.disk_usage(parent).free
-    if free < need + DISK_MARGIN:
-        raise MergeError(f"OUT_DIR {out}: needs {(need + DISK_MARGIN) / 2**30:.2f} GiB, "
-                         f"{parent} has {free / 2**30:.2f} GiB free (nothing was written)")
+    short = disk_shortfall(out, need)
+    if short is not None:
+        raise MergeError(f"OUT_DIR {out}: {short} (nothing was written)")
 
 
 def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:

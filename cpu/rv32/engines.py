@@ -35,7 +35,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, WANT, InputFeed, Trac
                                executes, feed_chunk)
 from hdl.ir import Token
 from hdl.sim.tokens import format_token
+
+if TYPE_CHECKING:
+    from backends.emit import Emission
 
 _WIDTH = {0: 1, 1: 2, 2: 4, 4: 1, 5: 2}
 
@@ -267,13 +270,15 @@ def entry_problem(entry: Path) -> str | None:
 
 
 def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str = "bf16",
-                  progress: Callable[[str], None] | None = None) -> Path:
+                  progress: Callable[[str], None] | None = None,
+                  approve: Callable[[Emission], None] | None = None) -> Path:
     """The compiled core's checkpoint directory (:func:`compiled_core_path`), checked: it is
     compiled on first use (a line on stderr says so), and an entry that fails
     :func:`entry_problem` is rebuilt (a line on stderr says what was wrong). Once one is
     compiled, the stale entries (:func:`stale_cores`) are removed, each named on stderr.
-    CoreCacheError when a damaged entry cannot be moved out of the way or the new one
-    cannot be written."""
+    ``approve``: called with the core's plan before its weights are built, when it is
+    compiled (see :func:`backends.compiler.compile_to_dir`). CoreCacheError when a damaged
+    entry cannot be moved out of the way or the new one cannot be written."""
     out = compiled_core_path(sizes, target, dtype)
     if os.path.lexists(out):
         why = entry_problem(out)
@@ -284,7 +289,7 @@ def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str =
     else:
         _say(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
              f"{out.parent}")
-    _build(out, sizes, target, dtype, progress)
+    _build(out, sizes, target, dtype, progress, approve)
     remove_stale_cores(sizes, target, dtype)
     return out
 
@@ -311,7 +316,8 @@ def _discard(entry: Path, why: str) -> None:
 
 
 def _build(out: Path, sizes: CoreSizes, target: str, dtype: str,
-           progress: Callable[[str], None] | None) -> None:
+           progress: Callable[[str], None] | None,
+           approve: Callable[[Emission], None] | None = None) -> None:
     """Compile the core into the absent entry ``out``: compile_to_dir builds it in a fresh
     temporary directory beside it, manifest last, and renames it into place; then it is
     stamped (its files were just hashed for the manifest). CoreCacheError when it cannot
@@ -321,7 +327,7 @@ def _build(out: Path, sizes: CoreSizes, target: str, dtype: str,
     from backends.compiler import compile_to_dir
     try:
         compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress,
-                       byte_cells=BYTE_CELLS)
+                       byte_cells=BYTE_CELLS, approve=approve)
     except OutputDirError as e:
         raise CoreCacheError(f"the cached core at {out} could not be built: {e.reason}; "
                              f"free space in {out.parent}, or set DELTACHIP_CACHE to "

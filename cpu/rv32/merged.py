@@ -18,9 +18,12 @@ import hashlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from backends.merge.stfile import MergeError
+
+if TYPE_CHECKING:
+    from backends.emit import Emission
 
 
 @dataclass
@@ -87,16 +90,18 @@ def core_target(base_config: dict[str, Any], config_path: Path) -> str:
 
 
 def core_for(fw: Firmware, target: str, dtype: str,
-             progress: Callable[[str], None] | None = None) -> Path:
+             progress: Callable[[str], None] | None = None,
+             approve: Callable[[Emission], None] | None = None) -> Path:
     """The compiled core of ``fw.sizes`` for ``target``/``dtype`` from the core cache
-    (compiled now when absent); records the entry in ``fw.core``."""
+    (compiled now when absent, ``approve`` called with its plan before its weights are
+    built); records the entry in ``fw.core``."""
     from cpu.rv32.build import core_hash
     from cpu.rv32.engines import compiled_core, compiled_core_path
     where = compiled_core_path(fw.sizes, target, dtype)
     if not (where / "chip.json").is_file() and progress:
         progress(f"compiling the core for {target} ({dtype}) into {where} (first time only: "
                  "minutes)")
-    path = compiled_core(fw.sizes, target, dtype, progress=progress)
+    path = compiled_core(fw.sizes, target, dtype, progress=progress, approve=approve)
     fw.core = {"name": "rv32", "core_hash": core_hash(fw.sizes), "sizes": fw.sizes.name,
                "target": target, "cache_entry": path.name}
     return path

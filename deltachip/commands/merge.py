@@ -13,8 +13,14 @@ a UserError (status 2), nothing written and BASE_DIR untouched. docs/merge.md.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.kinds import DType
+
+if TYPE_CHECKING:
+    from backends.emit import Emission
+    from backends.merge.base import Base
 
 DESCRIPTION = """Merge a compiled chip into a Qwen3.5 text checkpoint. The routed layout keeps
 every base tensor byte for byte, runs the chip's layers on their own residual beside the
@@ -89,7 +95,6 @@ def merge_command(args: argparse.Namespace) -> int:
         raise UserError("--target applies to --firmware (the core is compiled for it); a "
                         "--chip is merged as it was compiled")
     if args.firmware is not None:
-        from pathlib import Path
         from backends.merge.base import read_base
         from cpu.rv32.merged import core_for, core_target, load_firmware
         from backends.target import get_target
@@ -97,7 +102,8 @@ def merge_command(args: argparse.Namespace) -> int:
         target = args.target or core_target(base.config, Path(args.base) / "config.json")
         get_target(target)
         firmware = load_firmware(args.firmware)
-        chip = core_for(firmware, target, args.dtype or "bf16", progress=say)
+        chip = core_for(firmware, target, args.dtype or "bf16", progress=say,
+                        approve=lambda em: _room_for_merge(Path(args.output), base, em))
     if args.layout == "stock":
         from backends.merge.stock import merge_stock
         r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,
@@ -111,3 +117,24 @@ def merge_command(args: argparse.Namespace) -> int:
           f"the base), chip tokens {r.token_offset}..{r.token_offset + r.chip_tokens - 1}, "
           f"{r.seconds:.1f} s")
     return 0
+
+
+def _room_for_merge(out: Path, base: Base, em: Emission) -> None:
+    """MergeError unless OUT_DIR's disk has room for the base and the core's decoder layers
+    (``em``, its plan: a lower bound of the merge's size, whatever the layout), and for the
+    core too when the core cache is on the same disk: asked before the core's weights are
+    built, since a core compiled for a narrow MLP has hundreds of layers and takes minutes."""
+    import os
+    from backends.emit import GROUP_EMBED, GROUP_HEAD
+    from backends.merge.stfile import MergeError
+    from common.outputs import disk_folder, disk_shortfall
+    from cpu.rv32.engines import cache_root
+    layers = sum(em.nbytes(g) for g in em.groups if g not in (GROUP_EMBED, GROUP_HEAD))
+    need = base.nbytes + layers
+    if os.stat(cache_root()).st_dev == os.stat(disk_folder(out)).st_dev:
+        need += sum(em.nbytes(g) for g in em.groups)
+    short = disk_shortfall(out, need)
+    if short is not None:
+        raise MergeError(f"OUT_DIR {out}: the merge with the core compiled for this base "
+                         f"({em.config['num_hidden_layers']} layers) {short}; nothing was "
+                         "compiled or written")

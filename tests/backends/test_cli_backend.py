@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import hashlib
 import json
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -135,6 +136,24 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch, count
     assert {p.name: p.read_bytes() for p in ck.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]     # no temp dirs left
     assert ckpt.prepare_output(ck) == ck
+
+
+def test_a_disk_without_room_is_refused_before_any_weight_is_built(tmp_path, monkeypatch,
+                                                                    capsys):
+    """The checkpoint's size is known once it is planned: a disk without room for it is
+    refused then, not after minutes of emitting weights (a chip of hundreds of layers)."""
+    import shutil as sh
+    from backends import emit
+    built = []
+    monkeypatch.setattr(emit, "group_tensors", lambda *a: built.append(a))
+    monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(10 << 30, 0, 5 << 20))
+    out = tmp_path / "out"
+    assert main(["compile", str(COUNTER), "-o", str(out)]) == 2
+    err = _err(capsys).splitlines()[-1]
+    assert re.fullmatch(rf"-o {out}: the checkpoint \(\d[\d,]* bytes of weights\) needs "
+                        rf"0\.06 GiB, {tmp_path} has 0\.00 GiB free \(nothing was written\)",
+                        err), err
+    assert built == [] and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 # ---- --plot and --rom --------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def test_compiling_a_core_removes_only_its_stale_entries(tmp_path, monkeypatch, 
         (d / "model.safetensors").write_bytes(b"x" * 1000)
     assert engines.stale_cores(TINY, "compact", "bf16") == [stale]
 
-    def fake_compile(circuit, out, target, dtype, progress=None, byte_cells=None):
+    def fake_compile(circuit, out, target, dtype, progress=None, byte_cells=None,
+                     approve=None):
         out.mkdir(parents=True, exist_ok=True)
         (out / "chip.json").write_text("{}")
         manifest.write(out, ["chip.json"])
@@ -86,9 +88,11 @@ def small_cache(tmp_path, monkeypatch):
     real = backends.compiler.compile_to_dir
     made: list[Path] = []
 
-    def compile_small(circuit, out, target, dtype, progress=None, byte_cells=None):
+    def compile_small(circuit, out, target, dtype, progress=None, byte_cells=None,
+                      approve=None):
         made.append(out)
-        return real(load_circuit(COUNTER), out, target=target, dtype=dtype, single_file_limit=0)
+        return real(load_circuit(COUNTER), out, target=target, dtype=dtype, single_file_limit=0,
+                    approve=approve)
     monkeypatch.setattr(backends.compiler, "compile_to_dir", compile_small)
     return made
 
@@ -209,6 +213,27 @@ def test_an_entry_that_cannot_be_written_is_refused(small_cache, capsys, monkeyp
                             "checkpoint: No space left on device (nothing was changed); free "
                             f"space in {entry.parent}, or set DELTACHIP_CACHE to another folder")
     assert not entry.exists()
+
+
+def test_a_cache_without_room_is_refused_before_the_weights_are_built(small_cache,
+                                                                       monkeypatch):
+    """A core compiled for a narrow target has hundreds of layers: a cache disk without room
+    for them is said before they are emitted, in the cache's words."""
+    import shutil as sh
+    from backends import emit
+    built = []
+    monkeypatch.setattr(emit, "group_tensors", lambda *a: built.append(a))
+    monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(10 << 30, 0, 0))
+    entry = engines.compiled_core_path(TINY)
+    with pytest.raises(engines.CoreCacheError) as e:
+        engines.compiled_core(TINY)
+    assert re.fullmatch(
+        rf"the cached core at {re.escape(str(entry))} could not be built: the checkpoint "
+        rf"\(\d[\d,]* bytes of weights\) needs 0\.06 GiB, {re.escape(str(entry.parent))} has "
+        rf"0\.00 GiB free \(nothing was written\); free space in "
+        rf"{re.escape(str(entry.parent))}, or set DELTACHIP_CACHE to another folder",
+        str(e.value)), str(e.value)
+    assert built == [] and not entry.exists()
 
 
 def test_an_entry_an_engine_refuses_is_worded_for_the_cache(tmp_path, monkeypatch):

@@ -145,3 +145,27 @@ def test_firmware_options_are_checked(bases, chips, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--firmware no-such-program: no such ELF file, nor a shipped program" in err
     assert "calc" in err and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_disk_without_room_for_the_merge_is_said_before_the_core_is_built(
+        bases, fence_elf, tmp_path, capsys, monkeypatch):
+    """The tiny base's MLP is 128 wide, so the core compiled for it has hundreds of layers:
+    a disk without room for the merge is said once the core is planned (seconds), before any
+    of its weights is built (minutes), and nothing is compiled or written."""
+    import re
+    import shutil as sh
+    from backends import emit
+    from deltachip.cli import main
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path / "cache"))
+    built = []
+    monkeypatch.setattr(emit, "group_tensors", lambda *a: built.append(a))
+    monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(1 << 40, 0, 1 << 30))
+    out = tmp_path / "out" / "merged"
+    assert main(["merge", str(bases["tied"]), str(out), "--firmware", str(fence_elf),
+                 "--layout", "stock"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(rf"OUT_DIR {out}: the merge with the core compiled for this base "
+                        rf"\(2\d\d layers\) needs \d+\.\d\d GiB, {tmp_path} has 1\.00 GiB free; "
+                        r"nothing was compiled or written", err), err
+    assert built == [] and not (tmp_path / "out").exists()
+    assert [p.name for p in (tmp_path / "cache" / "cores").iterdir()] == []
