@@ -24,10 +24,10 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% endif %}")
 
 
-def tiny_config(tied: bool, layers: int = 4, intermediate: int = 128):
+def tiny_config(tied: bool, layers: int = 4, intermediate: int = 128, vocab: int = VOCAB):
     from transformers import Qwen3_5TextConfig
     return Qwen3_5TextConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=intermediate, num_hidden_layers=layers,
+        vocab_size=vocab, hidden_size=64, intermediate_size=intermediate, num_hidden_layers=layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=32,
         linear_num_key_heads=16, linear_key_head_dim=128, linear_num_value_heads=32,
         linear_value_head_dim=128, linear_conv_kernel_dim=4,
@@ -37,15 +37,17 @@ def tiny_config(tied: bool, layers: int = 4, intermediate: int = 128):
         eos_token_id=2, pad_token_id=0, bos_token_id=None)
 
 
-def make_tokenizer(path: Path) -> None:
+def make_tokenizer(path: Path, corpus: list[str] = CORPUS, size: int = 300) -> None:
+    """A byte-level BPE of ``size`` ids learnt from ``corpus``, with :data:`SPECIAL` and the
+    chat template, saved at ``path``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
+    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>")
     fast.chat_template = CHAT_TEMPLATE
