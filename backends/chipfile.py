@@ -49,9 +49,12 @@ def circuit_to_json(c: Circuit) -> dict[str, Any]:
         "instances": instances,
         "inst_of": [c.instance_of(n.id) for n in c.nodes] if c.instances else [],
         "files": sorted(files, key=files.get),
+        # "table" only where set, so a circuit without table roms serialises as before
         "memories": [{"name": m.name, "kind": m.kind, "width": m.width, "depth": m.depth,
                       "loc": _loc(m.loc), "image": m.image,
-                      "read_under_write": m.read_under_write} for m in c.memories.values()],
+                      "read_under_write": m.read_under_write, **({"table": True} if m.table
+                                                                 else {})}
+                     for m in c.memories.values()],
         "kinds": [{"name": k.name, "loc": _loc(k.loc), "halt": k.halt,
                    "fields": [_field_to_json(f) for f in k.fields]} for k in c.kinds],
         "start": None if c.start is None else [c.start.kind, list(c.start.fields)],
@@ -73,7 +76,8 @@ def circuit_from_json(d: dict[str, Any], images: dict[str, list[int]] | None = N
         c.memories[m["name"]] = Memory(m["name"], MemKind(m["kind"]), m["width"], m["depth"],
                                        Loc(*m["loc"]), m["image"],
                                        tuple(images.get(m["name"], ())),
-                                       m.get("read_under_write", "old"))
+                                       m.get("read_under_write", "old"),
+                                       bool(m.get("table", False)))
     c.kinds = [TokenKind(k["name"], tuple(_field_from_json(f) for f in k["fields"]), Loc(*k["loc"]),
                          k["halt"]) for k in d["kinds"]]
     if d["start"] is not None:

@@ -18,7 +18,7 @@ rule) -> :class:`~backends.program.Placed`; ``retime`` -> :class:`~backends.prog
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +47,17 @@ def default_roms(circuit: Circuit) -> dict[str, list[int]]:
     """Each memory's own image (its ``init``), where it has a nonzero one."""
     return {name: list(mem.init) for name, mem in circuit.memories.items()
             if mem.init and any(mem.init)}
+
+
+def bake_tables(circuit: Circuit, roms: dict[str, list[int]] | None) -> Circuit:
+    """``circuit`` with the images ``roms`` gives its ``table`` ROMs as their ``init``: a
+    table ROM's words are token-table lanes, fixed in the weights at compile time (the
+    other memories' images are preloaded state, given to the checkpoint instead)."""
+    new = {n: replace(m, init=tuple(roms[n]) + (0,) * (m.depth - len(roms[n])))
+           for n, m in circuit.memories.items() if m.table and n in (roms or {})}
+    if not new:
+        return circuit
+    return replace(circuit, memories={**circuit.memories, **new}, _vocab=None)
 
 
 def _quiet(_: str) -> None:
@@ -124,7 +135,7 @@ def compile_circuit(circuit: Circuit, target: str | Target = "compact",
                     byte_cells: bool | None = None) -> Compiled:
     """Compile ``circuit`` with the whole state dict in memory (for small chips and tests);
     ``roms`` overrides memory images (default: each memory's init)."""
-    emission = plan_circuit(circuit, target, dtype, progress, byte_cells)
+    emission = plan_circuit(bake_tables(circuit, roms), target, dtype, progress, byte_cells)
     (progress or _quiet)("emitting weights")
     state = emit.state_dict(emission)
     chip = chip_record(emission, roms, emit.nonzero_counts(state))
@@ -174,7 +185,7 @@ def compile_to_dir(circuit: Circuit, out_dir: str | Path, target: str | Target =
     (what a caller knows about the chip's size: room on another disk). The returned
     :class:`Compiled` has an empty state dict."""
     prepare_output(out_dir)
-    emission = plan_circuit(circuit, target, dtype, progress, byte_cells)
+    emission = plan_circuit(bake_tables(circuit, roms), target, dtype, progress, byte_cells)
     if approve is not None:
         approve(emission)
     chip = write_dir(emission, out_dir, roms, progress, single_file_limit)

@@ -33,6 +33,7 @@ from hdl.ir import Circuit, Token
 from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_digests,
                                  check_weights_file, load_chip_json)
 from backends.chipfile import circuit_from_json
+from common.errors import UserError
 from backends.numbers import DTYPES
 from backends.program import MemPlan, head_cell
 
@@ -74,6 +75,20 @@ class ChipEngine:
                                f"{e.__class__.__name__}: {e}): {RECOMPILE}") from None
         self.num = self.chip["numerics"]
         self.tgt = self.chip["target"]
+        self.refuse_table_images(roms)
+
+    def refuse_table_images(self, roms: dict[str, list[int]] | None) -> None:
+        """A UserError when ``roms`` gives a ``table`` ROM an image other than the one
+        compiled in: its words are rows of the embedding, not state an engine preloads."""
+        for name, words in (roms or {}).items():
+            m = self.circuit.memories.get(name)
+            if m is None or not m.table:
+                continue
+            have = list(self.chip["roms"].get(name, []))
+            if list(words) + [0] * (len(have) - len(words)) != have + [0] * (len(words) - len(have)):
+                raise UserError(f"memory '{name}' is a table rom: its words are rows of the "
+                                f"embedding, fixed when the chip was compiled; compile it "
+                                f"again with --rom {name}=FILE to change them")
 
     # ---- the interface each engine gives ------------------------------------------------
     def new_cache(self, batch: int = 1,
@@ -135,6 +150,8 @@ class ChipEngine:
         if len(roms) != batch:
             raise ValueError(f"{len(roms)} memory images for batch {batch}")
         memo: dict[Any, Any] = {}
+        for r in roms:
+            self.refuse_table_images(r)
         return [self.rom_states({**self.roms, **r}, memo) for r in roms]
 
     def read_memories(self, cache: DynamicCache, row: int = 0) -> dict[str, list[int | None]]:

@@ -1053,7 +1053,7 @@ class Lowerer:
         self.field_lane_ids = [[[self.new_lane(-1, 0, 1, f"tok.{k.name}.{f.name}.{i}")
                                  for i in range(f.width)] for f in k.fields] for k in c.kinds]
         self.out_args: list[list[Form]] = []
-        for name in c.memories:
+        for name in c.state_memories:
             self.plan(name)
         users: dict[int, list[int]] = {}
         for n in c.nodes:   # (a transparent read's write arguments are the write's own)

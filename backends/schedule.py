@@ -44,9 +44,9 @@ def _signal_on_path(c: Circuit, g: nx.DiGraph, src: int, dst: int) -> Node:
 
 def memory_inputs(c: Circuit) -> dict[str, list[tuple[Node, int]]]:
     """memory -> [(user node, input node id)]: read addresses and write arguments."""
-    res: dict[str, list[tuple[Node, int]]] = {m: [] for m in c.memories}
+    res: dict[str, list[tuple[Node, int]]] = {m: [] for m in c.state_memories}
     for n in c.nodes:
-        if n.op in (Op.MEM_READ, Op.MEM_WRITE):
+        if n.op in (Op.MEM_READ, Op.MEM_WRITE) and n.param in res:
             res[n.param] += [(n, a) for a in n.args]
     return res
 
@@ -61,11 +61,11 @@ def check_depth_rule(c: Circuit) -> nx.DiGraph:
         for a in n.args:
             for m, r in feeds.get(a, {}).items():
                 d.setdefault(m, r)
-        if n.op is Op.MEM_READ:
+        if n.op is Op.MEM_READ and not c.memories[n.param].table:
             d.setdefault(n.param, n.id)
         feeds[n.id] = d
     mg = nx.DiGraph()
-    mg.add_nodes_from(c.memories)
+    mg.add_nodes_from(c.state_memories)
     why: dict[tuple[str, str], tuple[Node, int, int]] = {}
     for m, uses in memory_inputs(c).items():
         for user, a in uses:
@@ -74,7 +74,7 @@ def check_depth_rule(c: Circuit) -> nx.DiGraph:
                     mg.add_edge(b, m)
                     why[(b, m)] = (user, a, r)
     diags = []
-    for m in c.memories:
+    for m in c.state_memories:
         if mg.has_edge(m, m):
             user, a, r = why[(m, m)]
             sig = _signal_on_path(c, g, r, a)
@@ -142,12 +142,12 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
     """Lower with memory layers found by the fixed point (module docstring), at most
     ``budget`` key heads per layer (None: any)."""
     height = _heights(mg)
-    layer = {m: 0 for m in c.memories}
+    layer = {m: 0 for m in c.state_memories}
     for m in nx.topological_sort(mg):          # a first guess: one layer per dependency level
         for p in mg.predecessors(m):
             layer[m] = max(layer[m], layer[p] + 1)
     last = dict(layer)
-    for _ in range(64 * (len(c.memories) + 1) + 64):
+    for _ in range(64 * (len(c.state_memories) + 1) + 64):
         lw = Lowerer(c, target, dict(layer), dict(last), byte_cells, tables)
         prog = lw.run()
         changed = False
@@ -155,7 +155,7 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
             if L > layer[m]:
                 layer[m] = L
                 changed = True
-        for m in c.memories:                   # keep dependency order strict
+        for m in c.state_memories:             # keep dependency order strict
             for p in mg.predecessors(m):
                 if layer[m] <= last[p]:
                     layer[m] = last[p] + 1
@@ -163,7 +163,7 @@ def _place(c: Circuit, target: Target, mg: nx.DiGraph, budget: int | None,
         if changed:
             continue
         new_last = allocate_banks(prog, budget, height)
-        if new_last != {m: max(layer[m], last[m]) for m in c.memories}:
+        if new_last != {m: max(layer[m], last[m]) for m in c.state_memories}:
             last = new_last
             continue
         n_layers = max([prog.n_layers] + [L + 1 for L in new_last.values()])

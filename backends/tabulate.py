@@ -29,7 +29,6 @@ from hdl.sim.codegen import numpy_cone_source
 
 #: ops that never read memory state: a node built only of these over the token is tabulable
 _PURE_SOURCES = (Op.TOKEN_KIND, Op.TOKEN_FIELD, Op.CONST)
-_STATEFUL = (Op.MEM_READ, Op.MEM_WRITE, Op.TOKEN_OUT, Op.INPUT, Op.OUTPUT)
 _SHIFTS = (Op.SHL, Op.LSHR, Op.ASHR)
 
 
@@ -50,13 +49,9 @@ class Tabulation:
 
 
 def token_only(c: Circuit) -> set[int]:
-    """The nodes whose value is a function of the current token alone."""
-    out: set[int] = set()
-    for n in c.nodes:
-        if n.op in _PURE_SOURCES or (n.op not in _STATEFUL and n.args
-                                     and all(a in out for a in n.args)):
-            out.add(n.id)
-    return out
+    """The nodes whose value is a function of the current token alone
+    (:meth:`hdl.ir.Circuit.token_only`: reads of a ``table`` ROM included)."""
+    return c.token_only()
 
 
 def plan(c: Circuit, tabulate: bool = True) -> Tabulation:
@@ -65,8 +60,10 @@ def plan(c: Circuit, tabulate: bool = True) -> Tabulation:
     reads, directly or through free wiring. Its own cone is then evaluated per token id,
     not lowered. Token-only logic that only the next token reads stays in the layers: a
     circuit without memories would otherwise become one lookup table from token to token.
-    With ``tabulate`` False nothing is tabulated (every needed node is lowered)."""
+    With ``tabulate`` False nothing is tabulated (every needed node is lowered), except
+    the reads of ``table`` ROMs, which are always tabulated: no memory holds their words."""
     tonly = token_only(c) if tabulate else set()
+    reads = {n.id for n in c.nodes if n.op is Op.MEM_READ and c.memories[n.param].table}
     live: set[int] = set()
     tab: set[int] = set()
     want: set[int] = set()      # free token-only wiring whose bits should be table lanes
@@ -74,6 +71,8 @@ def plan(c: Circuit, tabulate: bool = True) -> Tabulation:
         if not (n.op in (Op.MEM_WRITE, Op.TOKEN_OUT) or n.id in live):
             continue
         live.add(n.id)
+        if n.id in reads:
+            tab.add(n.id)
         if n.id in tab:
             continue
         pull = n.id in want or (n.id not in tonly and n.op is not Op.TOKEN_OUT)
@@ -85,7 +84,8 @@ def plan(c: Circuit, tabulate: bool = True) -> Tabulation:
 
 
 class TokenTable:
-    """The values of ``nodes`` (token-only) on token ids, vectorised with numpy."""
+    """The values of ``nodes`` (token-only) on token ids, vectorised with numpy; a read of
+    a ``table`` ROM looks its word up in the memory's image (``init``; 0 past the depth)."""
 
     def __init__(self, c: Circuit, nodes: Sequence[int]):
         self.c = c
@@ -97,9 +97,16 @@ class TokenTable:
                 srcs[n.id] = f"inp[{len(self.inputs)}]"
                 self.inputs.append((n.id, None if n.op is Op.TOKEN_KIND else n.param))
         ns: dict[str, Any] = {}
+        tables: dict[str, str] = {}
+        for i, (name, m) in enumerate(sorted(c.memories.items())):
+            if m.table:
+                tables[name] = f"T{i}"
+                words = np.zeros(m.depth + 1, dtype=np.uint64)    # the last: past the depth
+                words[:len(m.init)] = np.asarray(m.init, dtype=np.uint64)
+                ns[f"T{i}"] = words
         if self.nodes:
-            exec(compile(numpy_cone_source(c, self.nodes, srcs), f"<token table {c.name}>",
-                         "exec"), ns)
+            exec(compile(numpy_cone_source(c, self.nodes, srcs, tables),
+                         f"<token table {c.name}>", "exec"), ns)
         self._batch = ns.get("batch")
 
     def values(self, kind: int, payload: np.ndarray) -> list[np.ndarray]:

@@ -380,7 +380,10 @@ class ChipTrace:
             for n in members[i]:
                 _add(total, self.costs.get(n, Cost()))
         for name, m in c.memories.items():
-            if m.loc.file == path and m.loc.line == line:
+            if m.loc.file == path and m.loc.line == line and m.table:
+                out.append(f"  table rom '{name}' ({m.width} bits x {m.depth} words): no "
+                           f"key head, its words are token-table lanes of the embedding")
+            elif m.loc.file == path and m.loc.line == line:
                 heads = [h for h in self.heads if h.memory == name]
                 layers = sorted({h.layer for h in heads})
                 how = ("its image preloaded into their recurrent state" if m.kind is MemKind.ROM

@@ -123,9 +123,9 @@ class Circuit:
     @property
     def memories(self) -> dict[str, str]:
         """memory name -> ``"rom u16[256]"`` (kind, word type, depth; ``" transparent"``
-        after a transparent RAM's)."""
+        after a transparent RAM's, ``" table"`` after a table ROM's)."""
         return {n: f"{m.kind} u{m.width}[{m.depth}]"
-                   + " transparent" * (m.read_under_write == "new")
+                   + " transparent" * (m.read_under_write == "new") + " table" * m.table
                 for n, m in self.ir.memories.items()}
 
     @property
@@ -329,7 +329,7 @@ def compile(circuit: Circuit | str | Path, target: str = "compact", dtype: DType
     ``dtype`` (``bf16`` or ``fp32``): lowering, depth scheduling, retiming, lane allocation
     and the exactness proof run now; ``roms`` bakes memory images in (default: each
     memory's own). ``progress`` receives a line per stage."""
-    from backends.compiler import plan_circuit
+    from backends.compiler import bake_tables, plan_circuit
     _typed("compile", "circuit", circuit, (Circuit, *_PATH), "a Circuit, str or os.PathLike")
     target = str(_typed("compile", "target", target, _PATH, "str or os.PathLike"))
     _typed("compile", "dtype", dtype, str, "str or DType")
@@ -337,7 +337,8 @@ def compile(circuit: Circuit | str | Path, target: str = "compact", dtype: DType
     if not isinstance(circuit, Circuit):
         circuit = load(circuit)
     images = circuit._images(roms, "compile")
-    return Chip(circuit, plan_circuit(circuit.ir, target, dtype, progress), images)
+    return Chip(circuit, plan_circuit(bake_tables(circuit.ir, images), target, dtype, progress),
+                images)
 
 
 def check(chip: Chip | str | Path, steps: int = 64, start: str | Token | None = None,

@@ -267,8 +267,9 @@ class StartDecl:
 
 @dataclass(frozen=True)
 class MemDecl:
-    """``rom|ram name: elem[depth] [= "image"] [transparent];`` where ``elem`` is a TypeRef;
-    ``transparent_loc`` is where ``transparent`` is written (None when it is not)."""
+    """``rom|ram name: elem[depth] [= "image"] [transparent | table];`` where ``elem`` is a
+    TypeRef; ``transparent_loc`` and ``table_loc`` are where ``transparent`` or ``table`` is
+    written (None when it is not)."""
     loc: Loc
     kind: MemKind
     name: str
@@ -277,6 +278,7 @@ class MemDecl:
     image: str | None
     image_loc: Loc | None = None
     transparent_loc: Loc | None = None
+    table_loc: Loc | None = None
 
 
 Stmt = Union[Block, Wire, Let, Var, Assign, MemWrite, If, Match, For, Const, Inst, TokenDecl,

@@ -49,8 +49,38 @@ def _finish(el: Elaborator, diags: Collector, loader: Loader, circuit: Circuit |
     diags.raise_if_errors(loader.sources)
     assert circuit is not None
     el.b.emit(circuit)
+    _check_tables(circuit, diags)
+    diags.raise_if_errors(loader.sources)
     circuit.check()
     return circuit
+
+
+def _check_tables(c: Circuit, diags: Collector) -> None:
+    """Every read of a ``table`` ROM must be at an address the current token alone decides
+    (its words become token-table lanes); name the state read an address depends on."""
+    tables = [n for n in c.nodes if n.op is Op.MEM_READ and c.memories[n.param].table]
+    if not tables:
+        return
+    tonly = c.token_only()
+    for r in tables:
+        if r.args[0] in tonly:
+            continue
+        seen, todo, culprit = set(), [r.args[0]], None
+        while todo and culprit is None:
+            x = todo.pop()
+            if x in seen or x in tonly:
+                continue
+            seen.add(x)
+            n = c.nodes[x]
+            if n.op is Op.MEM_READ:
+                culprit = n
+            todo.extend(n.args)
+        why = ([(culprit.loc, f"the address reads memory '{culprit.param}' here")]
+               if culprit is not None else [])
+        diags.error(r.loc, f"table rom '{r.param}' is read at an address that depends on "
+                           f"more than the current token; a table rom's words become rows "
+                           f"of the embedding, so its address may use token fields and "
+                           f"constants only", why)
 
 
 def list_circuits(root: FileCtx, diags: Collector) -> list[str]:

@@ -93,7 +93,10 @@ class Memory:
     default contents as a tuple of ints (ROMs with an image; empty = zeros).
     ``read_under_write`` is "old" (a read sees the contents at the start of the step) or, on
     a ``transparent`` RAM, "new": a read sees this step's write (its MEM_READ nodes then
-    carry the write's address, data and enable after their own address)."""
+    carry the write's address, data and enable after their own address).
+    ``table``: a ROM read only at addresses that depend on the current token alone
+    (:meth:`Circuit.token_only`), so each read is a function of the token: the compiler
+    folds its words into the token tables (the embedding rows), and it holds no state."""
     name: str
     kind: MemKind
     width: int
@@ -102,6 +105,7 @@ class Memory:
     image: str | None = None
     init: tuple[int, ...] = ()
     read_under_write: str = "old"
+    table: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", MemKind(self.kind))
@@ -265,6 +269,28 @@ class Circuit:
             raise ValueError(f"circuit {self.name} has {len(outs)} TOKEN_OUT nodes, expected 1")
         return outs[0]
 
+    @property
+    def state_memories(self) -> dict[str, Memory]:
+        """The memories held in state (GDN recurrent state once compiled): all but the
+        ``table`` ROMs, whose words the token tables hold."""
+        return {n: m for n, m in self.memories.items() if not m.table}
+
+    def token_only(self) -> set[int]:
+        """The nodes whose value is a function of the current token alone: token kind and
+        field reads, constants, logic over those, and reads of a ``table`` ROM at such an
+        address."""
+        out: set[int] = set()
+        for n in self.nodes:
+            if n.op in (Op.TOKEN_KIND, Op.TOKEN_FIELD, Op.CONST):
+                out.add(n.id)
+            elif n.op is Op.MEM_READ:
+                if self.memories[n.param].table and n.args[0] in out:
+                    out.add(n.id)
+            elif (n.op not in (Op.MEM_WRITE, Op.TOKEN_OUT, Op.INPUT, Op.OUTPUT) and n.args
+                  and all(a in out for a in n.args)):
+                out.add(n.id)
+        return out
+
     def writes(self, memory: str | None = None) -> list[Node]:
         return [n for n in self.nodes if n.op is Op.MEM_WRITE and (memory is None or n.param == memory)]
 
@@ -326,6 +352,7 @@ class Circuit:
                     raise ValueError(f"{n.loc}: IR node {n.id} (mem_write): a transparent "
                                      f"memory has one write")
                 wargs[n.param] = n.args
+        tonly = self.token_only() if any(m.table for m in self.memories.values()) else set()
         for n in self.nodes:
             def bad(msg: str) -> None:
                 raise ValueError(f"{n.loc}: IR node {n.id} ({n.op.value}): {msg}")
@@ -377,6 +404,8 @@ class Circuit:
                     bad("memory read")
                 if len(w) == 4 and m.read_under_write != "new":
                     bad("a read carries a write's arguments only on a transparent memory")
+                if m.table and (m.kind is not MemKind.ROM or n.args[0] not in tonly):
+                    bad("a table memory is a rom read at a token-only address")
                 if m.read_under_write == "new" and n.args[1:] != wargs.get(n.param, ()):
                     bad("a transparent memory's read must carry its write's address, data "
                         "and enable (and only those)")

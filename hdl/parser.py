@@ -311,7 +311,9 @@ class _ToAst(Transformer):
         return ast.StartDecl(self._loc(meta), str(kind), tuple(args or ()))
 
     def mem_decl(self, meta, c):
-        kind, name, elem, *dims, image, transparent = c
+        kind, name, elem, *dims, image, modifier = c
+        transparent = modifier if modifier is not None and modifier.type == "TRANSPARENT" else None
+        table = modifier if modifier is not None and modifier.type == "TABLE" else None
         elem_loc = self._tloc(elem)
         if len(dims) > 2:
             raise _BadSyntax(self._loc(meta), "a memory has one dimension: name: u8[DEPTH] or "
@@ -320,7 +322,8 @@ class _ToAst(Transformer):
         image_text = image.value[1:-1] if image is not None else None
         return ast.MemDecl(self._loc(meta), MemKind(str(kind)), str(name), typ, dims[-1], image_text,
                            self._tloc(image) if image is not None else None,
-                           self._tloc(transparent) if transparent is not None else None)
+                           self._tloc(transparent) if transparent is not None else None,
+                           self._tloc(table) if table is not None else None)
 
     # -- expressions
     def ternary(self, meta, c):

@@ -371,8 +371,12 @@ class Elaborator(ExprMixin, StmtMixin):
         if s.transparent_loc is not None and s.kind is MemKind.ROM:
             self.err(s.transparent_loc, "only a ram can be transparent (a rom is never written)")
             return
+        if s.table_loc is not None and s.kind is MemKind.RAM:
+            self.err(s.table_loc, "only a rom can be a table (a table's words become rows of "
+                                  "the embedding and never change)")
+            return
         m = Memory(s.name, s.kind, t.width, depth, s.loc, image, init,
-                   "new" if s.transparent_loc is not None else "old")
+                   "new" if s.transparent_loc is not None else "old", s.table_loc is not None)
         if scope.syms.get(s.name) is POISON:
             del scope.syms[s.name]
         if self.declare(scope, s.name, MemSym(m, t), s.loc):

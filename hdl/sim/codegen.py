@@ -290,7 +290,8 @@ def python_source(c: Circuit) -> str:
 
 # ---- numpy (vectorised modules) -------------------------------------------------------------
 
-def _np_expr(c: Circuit, n: Node, inp: dict[int, str]) -> str:
+def _np_expr(c: Circuit, n: Node, inp: dict[int, str],
+             tables: dict[str, str] | None = None) -> str:
     a = [f"v{x}" for x in n.args]
     w = n.width
     m = f"U({mask(w)})"
@@ -313,14 +314,21 @@ def _np_expr(c: Circuit, n: Node, inp: dict[int, str]) -> str:
                 f"{a[0]} >> {sh})")
     if op is Op.MUX:
         return f"where({a[0]} != 0, {a[2]}, {a[1]})"
+    if op is Op.MEM_READ and tables and n.param in tables:
+        # a table rom: its words and one 0 past them (an address >= depth reads 0)
+        depth = c.memories[n.param].depth
+        return f"{tables[n.param]}[minimum({a[0]}, U({depth}))]"
     raise AssertionError(f"no numpy code for {op} (modules only)")
 
 
-def numpy_cone_source(c: Circuit, outputs: list[int], inputs: dict[int, str]) -> str:
+def numpy_cone_source(c: Circuit, outputs: list[int], inputs: dict[int, str],
+                      tables: dict[str, str] | None = None) -> str:
     """numpy source defining ``batch(inp, n) -> list`` that evaluates the nodes ``outputs``
     on ``uint64`` arrays of length ``n``: only the nodes they depend on, and a node in
     ``inputs`` (id -> expression over the list ``inp``, e.g. ``"inp[0]"``) reads that
-    expression instead of its own op. Memory reads and writes must not be in the cone."""
+    expression instead of its own op. The only memory reads allowed in the cone are of the
+    ROMs in ``tables`` (memory name -> the name of a global array holding its words and a
+    0 after them)."""
     need: set[int] = set()
     todo = list(outputs)
     while todo:
@@ -332,7 +340,7 @@ def numpy_cone_source(c: Circuit, outputs: list[int], inputs: dict[int, str]) ->
     lines = [f"# deltachip vectorised evaluator: {c.name}, {len(need)} of {len(c.nodes)} nodes",
              "from numpy import uint64 as U, uint64 as u64, full, where, minimum",
              "def batch(inp, n):"]
-    lines += [f"    v{i} = {_np_expr(c, c.nodes[i], inputs)}" for i in sorted(need)]
+    lines += [f"    v{i} = {_np_expr(c, c.nodes[i], inputs, tables)}" for i in sorted(need)]
     lines.append("    return [" + ", ".join(f"v{nid}" for nid in outputs) + "]")
     return "\n".join(lines) + "\n"
 

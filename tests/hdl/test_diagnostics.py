@@ -341,6 +341,31 @@ CASES = {
             rom r: u8[4] transparent;
                          ^
         """),
+    "table ram": ("""
+        circuit C {
+            token T(a: u3, d: u8);
+            ram m: u8[4] table;
+            next = T(a: 0, d: m[tok.T.a]);
+        }
+        """, """
+        t.hdl:3:18: error: only a rom can be a table (a table's words become rows of the embedding and never change)
+            ram m: u8[4] table;
+                         ^
+        """),
+    "table rom read at an address from state": ("""
+        circuit C {
+            token T(a: u3, d: u8);
+            rom sq: u8[8] table;
+            ram at: u3[1];
+            at[0] <= tok.T.a;
+            next = T(a: 0, d: sq[at[0] + tok.T.a]);
+        }
+        """, """
+        t.hdl:6:23: error: table rom 'sq' is read at an address that depends on more than the current token; a table rom's words become rows of the embedding, so its address may use token fields and constants only
+            next = T(a: 0, d: sq[at[0] + tok.T.a]);
+                              ^
+        t.hdl:6:26: note: the address reads memory 'at' here
+        """),
     "transparent write from its own read": ("""
         circuit C {
             token T(a: u3, d: u8);
