@@ -16,7 +16,9 @@ not-taken branch, a UART byte (Out), a wide result at the end of an 8-word block
 + Jump), a small one there (Lo + Jump), a byte store into RAM (its merged word travels like
 a result; the store lands at the next step that is not a Half), a division (DivStep), and
 the exit (Half + End).
-``fault`` ends in a misaligned load: Fault, then Half + End carry the address.
+``fault`` reads the UART's input (Want(0), In(b)), a text token's length and one of its
+bytes (Want(1), Want(2), each answered with Text(id): its bytes come from the core's table
+ROMs), then ends in a misaligned load: Fault, then Half + End carry the address.
 """
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cpu import isa, memmap  # noqa: E402
 from cpu.emulator import Machine  # noqa: E402
-from cpu.rv32.build import FULL, SMALL, TINY, CoreSizes  # noqa: E402
+from cpu.rv32.build import FULL, SMALL, TINY, CoreSizes, with_text_ids  # noqa: E402
 from cpu.rv32.engines import SimCore  # noqa: E402
-from cpu.rv32.loader import image_of  # noqa: E402
+from cpu.rv32.loader import image_of, with_text  # noqa: E402
 from cpu.rv32.protocol import executes  # noqa: E402
 from hdl.sim.tokens import format_token  # noqa: E402
 
@@ -61,6 +63,8 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
     "fault": [
         ("lui", T1, 0, 0, memmap.UART_RX >> 12),
         ("lbu", A3, T1, 0, memmap.UART_RX & 0xFFF),  # the input's first byte: Want, In(b)
+        ("lbu", A4, T1, 0, memmap.UART_TNEXT & 0xFFF),  # the first text token's length
+        ("lbu", A5, T1, 0, (memmap.UART_TXT & 0xFFF) + 1),  # its byte 1
         ("lui", A1, 0, 0, memmap.RAM_BASE >> 12),
         ("lw", A2, A1, 0, 6),                       # misaligned: address 0x80006
         ("addi", A0, 0, 0, 1),                      # never runs
@@ -75,12 +79,16 @@ STATE = ("pcr", "nx", "link", "hireg", "pend", "dctl", "qs", "dval")
 
 #: the input stream a program's UART reads (the core answers its Want with In(b))
 INPUT = b"Z"
+#: the text vocabulary and the text stream's ids (UART_TNEXT, UART_TXT: Want, Text(id))
+VOCAB = [b"Hi", b"!"]
+TEXT = [0]
 
 
 def machine_of(program: list[tuple[str, int, int, int, int]]) -> Machine:
     m = Machine()
     m.load_words([isa.encode(*p) for p in program])
     m.rx = INPUT
+    m.text = [VOCAB[i] for i in TEXT]
     return m
 
 
@@ -90,7 +98,8 @@ def trace_rows(program: list[tuple[str, int, int, int, int]], sizes: CoreSizes =
     instruction executed, register write, RAM write, state memories written. Raises
     AssertionError when the core's outcome or a register write-back differs from the
     golden emulator's."""
-    eng = SimCore(image_of(machine_of(program), sizes), sizes)
+    sizes = with_text_ids(sizes, len(VOCAB))
+    eng = SimCore(with_text(image_of(machine_of(program), sizes), VOCAB, TEXT), sizes)
     steps: list = []                 # every StepResult of the simulator, for its writes
     sim_step = eng.sim.step
 

@@ -38,6 +38,14 @@ _RAM_BASE, _RAM_END = memmap.RAM_BASE, memmap.RAM_END
 _CODE_END = memmap.CODE_END
 _UART = memmap.UART_TX
 _RX = memmap.UART_RX
+_TNEXT = memmap.UART_TNEXT
+_TXT = memmap.UART_TXT
+_TXT_END = memmap.UART_TXT + memmap.TEXT_BYTES
+
+
+def _uart_in(a: int) -> bool:
+    """True for an address a byte load reads input from (UART_RX, UART_TNEXT, UART_TXT)."""
+    return a == _RX or a == _TNEXT or _TXT <= a < _TXT_END
 _N_SLOTS = memmap.CODE_SIZE // 4
 
 
@@ -205,7 +213,11 @@ class Machine:
         #: the input stream a byte load from UART_RX reads (0 once used up), and where
         self.rx: bytes = b""
         self.rx_pos = 0
-        self.rx_last = 0                 # the byte the last such load read
+        self.rx_last = 0                 # the byte the last input load read
+        #: the text stream (each text token's bytes) that UART_TNEXT and UART_TXT read, and
+        #: the index of the current token (-1: none read yet)
+        self.text: list[bytes] = []
+        self.text_pos = -1
         self.symbols: dict[str, int] = {}
         self.exit_code: int | None = None
         self.fault: Fault | None = None
@@ -233,12 +245,24 @@ class Machine:
             m.rx = bytes(input_text)
         return m
 
-    def read_rx(self) -> int:
-        """The next byte of the input stream (0 once it is used up), consumed."""
+    def read_rx(self, a: int = _RX) -> int:
+        """A byte load from the UART's input at ``a``: UART_RX, the next byte of the input
+        stream (0 once it is used up), consumed; UART_TNEXT, the next text token's length
+        (at most 255; 0 once the text is used up); UART_TXT + j, byte j of the current
+        text token (0 past its end, or before the first token)."""
         b = 0
-        if self.rx_pos < len(self.rx):
-            b = self.rx[self.rx_pos]
-            self.rx_pos += 1
+        if a == _RX:
+            if self.rx_pos < len(self.rx):
+                b = self.rx[self.rx_pos]
+                self.rx_pos += 1
+        elif a == _TNEXT:
+            self.text_pos = min(self.text_pos + 1, len(self.text))
+            if self.text_pos < len(self.text):
+                b = min(len(self.text[self.text_pos]), 255)
+        elif 0 <= self.text_pos < len(self.text):
+            tok = self.text[self.text_pos]
+            j = a - _TXT
+            b = tok[j] if j < len(tok) else 0
         self.rx_last = b
         return b
 
@@ -374,7 +398,7 @@ class Machine:
                     self._stop(e, pc)
                     return n
                 if not is_store:
-                    data = (self.rx_last if addr == _RX
+                    data = (self.rx_last if _uart_in(addr)
                             else int.from_bytes(mem[addr:addr + width], "little"))
                 append(Retire(pc, word, rd, None if rd is None else regs[rd], addr, data, width,
                               is_store, npc))
@@ -678,7 +702,7 @@ def _load_fault(a: int, width: int) -> _Trap:
         return _Trap(FaultCause.MISALIGNED_LOAD,
                      f"address 0x{a:08x} is not a multiple of {width}")
     what = (" (the UART's output is write-only)" if a == _UART else
-            " (the UART's input takes byte loads (lb, lbu) only)" if a == _RX else "")
+            " (the UART's input takes byte loads (lb, lbu) only)" if _uart_in(a) else "")
     return _Trap(FaultCause.LOAD_ACCESS, f"address 0x{a:08x}{what}")
 
 
@@ -740,8 +764,8 @@ def _compile_load(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
         def f0():
             a = regs[rs1] + imm
             if a & amask or not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
-                if a == _RX and width == 1:
-                    m.read_rx()                   # the byte is consumed, x0 keeps 0
+                if _uart_in(a) and width == 1:
+                    m.read_rx(a)                  # the byte is consumed, x0 keeps 0
                     return npc
                 raise _load_fault(a, width)
             return npc
@@ -752,9 +776,9 @@ def _compile_load(m: Machine, d: isa.Decoded, pc: int) -> Callable[[], int]:
         def f():
             a = regs[rs1] + imm
             if not (0 <= a < _ROM_LIMIT or _RAM_BASE <= a < _RAM_END):
-                if a != _RX:
+                if not _uart_in(a):
                     raise _load_fault(a, width)
-                b = m.read_rx()
+                b = m.read_rx(a)
                 regs[rd] = (b - 256 if signed and b & 0x80 else b) & M
                 return npc
             regs[rd] = view[a] & M

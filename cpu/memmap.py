@@ -30,6 +30,14 @@ UART_TX = 0x1000_0000
 #: comes in the next token (``In``), which whoever runs the core supplies when the core
 #: asks for it (``Want``): docs/cpu.md, "Input".
 UART_RX = 0x1000_0004
+#: Text input (a tool call's text tokens inside a merged model; docs/cpu.md, "Text input"):
+#: a byte load from UART_TNEXT moves to the next text token of the run's text stream and
+#: reads its length in bytes (at most 255; 0 once the stream is used up); a byte load from
+#: UART_TXT + j (j < TEXT_BYTES) reads byte j of the current token (0 past its end). On the
+#: core the token comes in as ``Text(id)``, its bytes from table ROMs in the embedding.
+UART_TNEXT = 0x1000_0008
+UART_TXT = 0x1000_0020
+TEXT_BYTES = 32
 
 #: ``ecall`` with a7 = EXIT_SYSCALL ends the program with exit code a0.
 EXIT_SYSCALL = 93

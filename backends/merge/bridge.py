@@ -1,14 +1,17 @@
-"""The tool-call bridge of a routed merge with the RISC-V core (``--firmware``).
+"""The tool-call bridge of a merge with the RISC-V core (``--firmware``).
 
-What the shipped modeling file needs to answer a tool call from the chip (its
-``chip_bridge`` config entry and two tensors), built at merge time from the base's
+What the shipped modeling file (routed) or the driver (stock) needs to answer a tool call
+from the chip (its ``chip_bridge`` config entry), built at merge time from the base's
 tokenizer and the chip's token kinds:
 
-- the bytes of every base text id (``chip.bridge.text_offsets`` I64 [vocab + 1] and
-  ``chip.bridge.text_data`` U8): a byte-level BPE vocabulary entry mapped back through
-  GPT-2's byte-to-unicode table, an added token's content as UTF-8. A call's text is the
-  concatenation of its ids' bytes, and the core reads it byte by byte from the UART's input
-  (its Want answered with In(byte): docs/cpu.md, "UART input");
+- how the core reads a call. A core compiled for the base's vocabulary (a routed merge:
+  :func:`text_vocabulary` gives every text id's bytes, which ``deltachip merge`` bakes into
+  the core's table ROMs) reads the call's text ids themselves as ``Text`` tokens
+  (``chip_bridge.text``: the kind's first chip id; docs/cpu.md, "Text input"): no table
+  here. A core without one (the stock layout's) reads bytes on ``UART_RX``: then the bytes
+  of every base text id go with the bridge (``chip.bridge.text_offsets`` I64 [vocab + 1]
+  and ``chip.bridge.text_data`` U8), and a call's text is the concatenation of its ids'
+  bytes, answered byte by byte with In(byte);
 - the ids the call is recognised by (``<tool_call>``, ``</tool_call>``), the text id of each
   single byte (what a byte the firmware prints comes back as), and the ids of the text
   around the answer (``\\n<tool_response>\\n`` … ``\\n</tool_response>\\n``, in the
@@ -69,38 +72,67 @@ def _byte_level(tok: dict[str, Any]) -> bool:
     return has(tok.get("decoder"))
 
 
-def build(tok: dict[str, Any], vocab_size: int, chip: dict[str, Any]) -> Bridge | str:
-    """The bridge for a base tokenizer and the core (see the module docstring), or why
-    there is none."""
-    from backends.chipfile import circuit_from_json
+def _added(tok: dict[str, Any]) -> dict[str, int]:
+    return {a["content"]: a["id"] for a in tok.get("added_tokens") or []
+            if isinstance(a, dict) and "content" in a and "id" in a}
+
+
+def vocab_bytes(tok: dict[str, Any], vocab_size: int) -> list[bytes] | str:
+    """Every base text id's bytes (a byte-level BPE entry mapped back through GPT-2's
+    byte-to-unicode table, an added token's content as UTF-8; b"" for an id with neither),
+    or why the tokenizer cannot give them (not byte-level BPE, no tool-call tokens, no
+    single-byte token for every byte)."""
     if not _byte_level(tok):
         return "the base's tokenizer is not byte-level BPE"
     model = tok.get("model") or {}
     vocab: dict[str, int] = dict(model.get("vocab") or {})
-    added = {a["content"]: a["id"] for a in tok.get("added_tokens") or []
-             if isinstance(a, dict) and "content" in a and "id" in a}
+    added = _added(tok)
     if OPEN not in added or CLOSE not in added:
         return f"the base's tokenizer has no {OPEN} and {CLOSE} tokens"
-    c = circuit_from_json(chip["circuit"], chip.get("roms", {}))
-    kinds = {k.name: i for i, k in enumerate(c.kinds)}
-    if not {"Want", "In", "Out", "End", "Fault", "Jump", "Step", "Next"} <= set(kinds):
-        return "the chip is not the RISC-V core (no Want/In/Out tokens)"
     dec = byte_decoder()
     text: list[bytes] = [b""] * vocab_size
-    single: dict[int, int] = {}
     for s, i in vocab.items():
         if 0 <= i < vocab_size and i not in added.values():
             try:
                 text[i] = bytes(dec[ch] for ch in s)
             except KeyError:
                 return f"the vocabulary entry {s!r} is not byte-level"
-            if len(text[i]) == 1:
-                single.setdefault(text[i][0], i)
     for s, i in added.items():
         if 0 <= i < vocab_size:
             text[i] = s.encode("utf-8")
+    single = {t[0] for i, t in enumerate(text) if len(t) == 1 and i not in added.values()}
     if len(single) != 256:
         return f"the tokenizer has no single-byte token for {256 - len(single)} bytes"
+    return text
+
+
+def text_vocabulary(base: Any) -> list[bytes] | None:
+    """Every text id's bytes from a base's tokenizer (:func:`vocab_bytes`; ``base``: a
+    :class:`backends.merge.base.Base`), or None where it has none to give (the bridge then
+    says why): what a core compiled for the base reads its Text tokens with."""
+    from backends.merge.base import read_json
+    p = base.extra.get("tokenizer.json")
+    tok = read_json(p, "a tokenizer.json") if p is not None else None
+    text = vocab_bytes(tok, base.vocab_size) if isinstance(tok, dict) else None
+    return text if isinstance(text, list) else None
+
+
+def build(tok: dict[str, Any], vocab_size: int, chip: dict[str, Any]) -> Bridge | str:
+    """The bridge for a base tokenizer and the core (see the module docstring), or why
+    there is none."""
+    from backends.chipfile import circuit_from_json
+    text = vocab_bytes(tok, vocab_size)
+    if isinstance(text, str):
+        return text
+    added = _added(tok)
+    c = circuit_from_json(chip["circuit"], chip.get("roms", {}))
+    kinds = {k.name: i for i, k in enumerate(c.kinds)}
+    if not {"Want", "In", "Out", "End", "Fault", "Jump", "Step", "Next"} <= set(kinds):
+        return "the chip is not the RISC-V core (no Want/In/Out tokens)"
+    single: dict[int, int] = {}
+    for i, t in enumerate(text):
+        if len(t) == 1 and i not in added.values():
+            single.setdefault(t[0], i)
 
     def ids(s: str) -> list[int]:
         # the template text: added tokens, else one id per byte (what the model reads back)
@@ -115,6 +147,11 @@ def build(tok: dict[str, Any], vocab_size: int, chip: dict[str, Any]) -> Bridge 
                 i += 1
         return out
     offs = c.kind_offsets()
+    # text mode: the core reads the call's text ids as Text tokens, their bytes from its own
+    # table ROMs (compiled from this tokenizer: docs/cpu.md, "Text input"); else bytes
+    text_k = c.kinds[kinds["Text"]] if "Text" in kinds else None
+    text_mode = text_k is not None and text_k.ids >= vocab_size and \
+        c.memories["tlen"].init[:vocab_size] == tuple(min(len(t), 255) for t in text)
     out_k = c.kinds[kinds["Out"]]
     names = [f.name for f in out_k.fields]
     b_shift = sum(f.width for f in out_k.fields[:names.index("b")])
@@ -136,8 +173,12 @@ def build(tok: dict[str, Any], vocab_size: int, chip: dict[str, Any]) -> Bridge 
         "executes": [[offs[kinds[k]], c.kinds[kinds[k]].ids]
                      for k in ("Jump", "Step", "Next")],
         "out_go_bit": go_bit,
-        "max_tokens": MAX_TOKENS, "text_bytes": int(offsets[-1]),
+        "max_tokens": MAX_TOKENS,
     }
+    if text_mode:
+        config["text"] = offs[kinds["Text"]]
+        return Bridge(config, [])
+    config["text_bytes"] = int(offsets[-1])
     tensors = [OutTensor("chip.bridge.text_offsets", "I64", offsets.shape, offsets.nbytes,
                          data=offsets.tobytes()),
                OutTensor("chip.bridge.text_data", "U8", data.shape, data.nbytes,

@@ -373,7 +373,7 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [], tables,
                                   config.chip_sparse)
         bridge = config.chip_bridge
-        if bridge:
+        if bridge and "text" not in bridge:      # a core that reads bytes: their table
             self.chip.bridge = BridgeTables(config.chip_token_offset, bridge["text_bytes"])
         self._runner = None                 # the fast engine's call runner, when it loads
         self.post_init()
@@ -550,9 +550,12 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
                 logits[b, -1, st.pending[0]] = 0.0
 
     def _answer(self, ids: list[int], st: ToolCalls) -> list[int]:
-        """The ids of the answer to the call whose text ids are ``ids`` (row state ``st``)."""
-        return answer_call(self._chip_runner, self.config.chip_bridge,
-                           lambda: self.chip.bridge.text(ids), len(ids), st)
+        """The ids of the answer to the call whose text ids are ``ids`` (row state ``st``):
+        the ids themselves go to a core that reads text tokens (``chip_bridge.text``), their
+        bytes to one that reads bytes."""
+        cfg = self.config.chip_bridge
+        call = (lambda: list(ids)) if "text" in cfg else (lambda: self.chip.bridge.text(ids))
+        return answer_call(self._chip_runner, cfg, call, len(ids), st)
 
     def _run_call(self, text: bytes, st: ToolCalls) -> tuple[bytes, dict]:
         """:func:`call_output` on this model's runner (:meth:`_chip_runner`)."""
@@ -573,8 +576,8 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
 
 
 def answer_call(runner, cfg: dict, text, n_ids: int, st: ToolCalls) -> list[int]:
-    """The text ids of the answer to a call of ``n_ids`` text ids whose bytes ``text()``
-    gives, for row state ``st``: what :func:`call_output` gives (or an error when the call
+    """The text ids of the answer to a call of ``n_ids`` text ids that ``text()`` gives
+    (as :func:`run_call` takes them: the ids, or their bytes), for row state ``st``: what :func:`call_output` gives (or an error when the call
     is too long), between the bridge's prefix and suffix. The call is recorded in
     ``st.log``."""
     if n_ids > MAX_CALL_TOKENS:
@@ -590,7 +593,8 @@ def answer_call(runner, cfg: dict, text, n_ids: int, st: ToolCalls) -> list[int]
     return list(cfg["prefix"]) + [cfg["byte_ids"][c] for c in out] + list(cfg["suffix"])
 
 
-def call_output(chip, cfg: dict, text: bytes, st: ToolCalls) -> tuple[bytes, dict]:
+def call_output(chip, cfg: dict, text: bytes | list[int], st: ToolCalls
+                ) -> tuple[bytes, dict]:
     """What the program prints with ``text`` as its UART input (resumed where row state
     ``st``'s last call parked it, else from its start; on ``chip``, a runner of
     :func:`run_call`), with an error line when the run faults or runs out of steps; and the
@@ -636,17 +640,53 @@ class ModuleChip:
         return out
 
 
-def run_call(chip, cfg: dict, text: bytes, parked=None) -> dict:
-    """A run of the core with ``text`` as its UART input, on ``chip`` (``new()`` a run's
-    state, ``advance(state, first, n, stop)`` the chip's next ids). ``parked``: the state of
-    a program parked on a read of the UART by the previous call, resumed with this text;
-    None: run from the start token. A Want is answered with In(the text's next byte), and
-    with In(0) once after it; a Want after that parks the program (the call is answered,
-    and the state is given back as ``parked``). An Out's byte is printed; End ends the run,
-    a Fault marks it. Counts the tokens and the instructions retired (executing tokens not
-    followed by a Fault). Gives output, tokens, instructions, fault, ended, parked,
-    resumed."""
-    want, in0 = cfg["want"], cfg["in"]
+class CallFeed:
+    """The answers to the core's ``Want(m)`` during one call (docs/cpu.md, "Input"), as
+    chip ids. ``call``: the call's text ids, for a core that reads text tokens (Want(1),
+    UART_TNEXT: ``Text(next id)``, then ``In(0)`` once the call is read; Want(2), UART_TXT:
+    ``Text(the current id)``; Want(0), UART_RX: ``In(0)``), or its bytes, for one that
+    reads bytes (Want(0): ``In(next byte)``, then ``In(0)``; the text registers: ``In(0)``).
+    :meth:`answer` gives None where the call is read and the program asks for more: the
+    next call's Want, where the program parks."""
+
+    def __init__(self, cfg: dict, call: bytes | list[int]):
+        self.in0, self.text0 = cfg["in"], cfg.get("text")
+        self.ids = None if isinstance(call, (bytes, bytearray)) else list(call)
+        self.data = bytes(call) + b"\0" if self.ids is None else b""
+        self.pos, self.tpos, self.read = 0, -1, False
+
+    def answer(self, m: int) -> int | None:
+        if self.ids is None:
+            if m != 0:
+                return self.in0
+            if self.pos == len(self.data):
+                return None
+            self.pos += 1
+            return self.in0 + self.data[self.pos - 1]
+        if m == 1:
+            if self.read:
+                return None
+            self.tpos += 1
+            if self.tpos < len(self.ids):
+                return self.text0 + self.ids[self.tpos]
+            self.read = True
+            return self.in0
+        if m == 2 and 0 <= self.tpos < len(self.ids):
+            return self.text0 + self.ids[self.tpos]
+        return self.in0
+
+
+def run_call(chip, cfg: dict, text: bytes | list[int], parked=None) -> dict:
+    """A run of the core with ``text`` as its UART input (:class:`CallFeed`: text ids or
+    bytes), on ``chip`` (``new()`` a run's state, ``advance(state, first, n, stop)`` the
+    chip's next ids). ``parked``: (state, m) of a program parked on a ``Want(m)`` by the
+    previous call, resumed with this text; None: run from the start token. Each Want is
+    answered by the feed; a Want it has no answer for parks the program (the call is
+    answered, and (state, m) is given back as ``parked``). An Out's byte is printed; End
+    ends the run, a Fault marks it. Counts the tokens and the instructions retired
+    (executing tokens not followed by a Fault). Gives output, tokens, instructions, fault,
+    ended, parked, resumed."""
+    want = cfg["want"]
     out0, outn = cfg["out"]
     end0, endn = cfg["end"]
     f0, fn = cfg["fault"]
@@ -656,26 +696,27 @@ def run_call(chip, cfg: dict, text: bytes, parked=None) -> dict:
     def executes(i: int) -> bool:
         return any(a <= i < a + n for a, n in ex) or (out0 <= i < out0 + outn
                                                       and (i - out0) & go != 0)
-    stop = {want} | set(range(end0, end0 + endn))
-    data = text + b"\0"
-    if parked is not None:                  # the parked Want, answered with the first byte
-        state, tok, pos = parked, in0 + data[0], 1
+    stop = set(range(want, want + 4)) | set(range(end0, end0 + endn))
+    feed = CallFeed(cfg, text)
+    if parked is not None:                  # the parked Want, answered by this call
+        state, m = parked
+        tok = feed.answer(m)
     else:
-        state, tok, pos = chip.new(), cfg["start"], 0
+        state, tok = chip.new(), cfg["start"]
     out = bytearray()
     tokens, instructions, fault, ended = 1, 0, False, False
-    prev_exec, park = executes(tok), False
-    while tokens < cfg["max_tokens"] and not (ended or park):
+    prev_exec, park = executes(tok), None
+    while tokens < cfg["max_tokens"] and not (ended or park is not None):
         ids = chip.advance(state, tok, min(4096, cfg["max_tokens"] - tokens), stop)
         if not ids:
             break
         for i in ids:
-            if i == want:
-                if pos == len(data):        # the call is read: the program waits for the next
-                    park = True
+            if want <= i < want + 4:
+                a = feed.answer(i - want)
+                if a is None:               # the call is read: the program waits for the next
+                    park = i - want
                     break
-                i = in0 + data[pos]
-                pos += 1
+                i = a
             tokens += 1
             is_fault = f0 <= i < f0 + fn
             instructions += prev_exec and not is_fault
@@ -688,7 +729,8 @@ def run_call(chip, cfg: dict, text: bytes, parked=None) -> dict:
                 ended = True
                 break
     return {"output": bytes(out), "tokens": tokens, "instructions": instructions,
-            "fault": fault, "ended": ended, "parked": state if park and not fault else None,
+            "fault": fault, "ended": ended,
+            "parked": (state, park) if park is not None and not fault else None,
             "resumed": parked is not None}
 
 

@@ -363,6 +363,8 @@ def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:
     (tmp / "deltachip" / "chip.json").write_bytes(chip.chip_json)
     roms = {}
     for mem, words in sorted(chip.roms.items()):
+        if mem not in chip.chip["memories"]:   # a table rom: its words are in the embedding
+            continue
         roms[mem] = f"deltachip/roms/{mem}.hex"
         (tmp / roms[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
     return roms

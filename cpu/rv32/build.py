@@ -30,14 +30,27 @@ _STDLIB = _ROOT / "stdlib"
 
 @dataclass(frozen=True)
 class CoreSizes:
-    """Memory depths in words: code ROM (and its raw copy), rodata ROM, RAM."""
+    """Memory depths in words: code ROM (and its raw copy), rodata ROM, RAM; and the text
+    token ids (``Text`` tokens and the depth of its table ROMs: 2, no text vocabulary,
+    unless a merged base's tokenizer gives one, :func:`with_text_ids`)."""
     code_words: int = 65536
     rodata_words: int = 32768
     ram_words: int = 8192
+    text_ids: int = 2
 
     @property
     def name(self) -> str:
-        return "full" if self == FULL else f"c{self.code_words}-r{self.rodata_words}-m{self.ram_words}"
+        mem = (self.code_words, self.rodata_words, self.ram_words)
+        head = ("full" if mem == (65536, 32768, 8192)
+                else f"c{self.code_words}-r{self.rodata_words}-m{self.ram_words}")
+        return head if self.text_ids == 2 else f"{head}-t{self.text_ids}"
+
+
+def with_text_ids(sizes: "CoreSizes", vocab: int) -> "CoreSizes":
+    """``sizes`` with room for a text vocabulary of ``vocab`` ids: the next power of two,
+    at least 4 (2 is the core without one: core.hdl leaves its text logic out)."""
+    from dataclasses import replace
+    return replace(sizes, text_ids=max(4, 1 << (vocab - 1).bit_length()))
 
 
 FULL = CoreSizes()
@@ -46,7 +59,10 @@ SMALL = CoreSizes(code_words=1024, rodata_words=256, ram_words=512)
 #: The core of the default compiled-model tests: 2 KiB code, 512 B rodata, 512 B RAM.
 TINY = CoreSizes(code_words=512, rodata_words=128, ram_words=128)
 
-_CONSTS = {"CODE_WORDS": "code_words", "RODATA_WORDS": "rodata_words", "RAM_WORDS": "ram_words"}
+_CONSTS = {"CODE_WORDS": "code_words", "RODATA_WORDS": "rodata_words", "RAM_WORDS": "ram_words",
+           "TEXT_IDS": "text_ids"}
+#: the most text ids a core takes (a Text token's id field: 18 bits)
+MAX_TEXT_IDS = 1 << 18
 
 
 def core_source(sizes: CoreSizes = FULL) -> str:
@@ -54,8 +70,9 @@ def core_source(sizes: CoreSizes = FULL) -> str:
     text = CORE_FILE.read_text()
     for const, attr in _CONSTS.items():
         value = getattr(sizes, attr)
-        if value < 2 or value & (value - 1) or value > getattr(FULL, attr):
-            raise ValueError(f"{attr} must be a power of two in 2..{getattr(FULL, attr)}, got {value}")
+        top = MAX_TEXT_IDS if attr == "text_ids" else getattr(FULL, attr)
+        if value < 2 or value & (value - 1) or value > top:
+            raise ValueError(f"{attr} must be a power of two in 2..{top}, got {value}")
         text, n = re.subn(rf"^const {const} = \d+;", f"const {const} = {value};", text,
                           flags=re.MULTILINE)
         if n != 1:

@@ -44,7 +44,7 @@ from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
 from common.errors import UserError
 from common.outputs import os_reason, temp_name_prefix
 from cpu.rv32.loader import CoreImage, load_program
-from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, WANT, InputFeed, TraceReader,
+from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, TEXT, WANT, InputFeed, TraceReader,
                                executes, feed_chunk)
 from hdl.ir import Token
 from hdl.sim.tokens import format_token
@@ -72,7 +72,7 @@ class CoreEngine:
         self.cur: Token = image.start
         self.reader.feed(self.cur)
         #: the input stream, answered where the core asks for a byte (Want -> In)
-        self.input = InputFeed(self.machine.rx)
+        self.input = InputFeed(self.machine.rx, text=image.text)
 
     @property
     def pc(self) -> int:
@@ -121,7 +121,7 @@ class SimCore(CoreEngine):
         self._ids = {n: names[n] for n in ("rd", "result", "npc", "d.is_jump", "d.is_load",
                                            "d.is_store", "d.op", "lsu.addr", "ld.raw", "rs2v",
                                            "lsu.uart", "dres", "after_cload", "cld.y",
-                                           "cld.raw")}
+                                           "cld.raw", "in_b")}
         self.wb_mismatches: list[str] = []
         self._pending: Retire | None = None       # the record whose register write is due
 
@@ -152,9 +152,10 @@ class SimCore(CoreEngine):
             trace[-1] = rec
             if self._pending is not None:
                 self._pending = rec
-        if tok.kind == IN and trace:
-            # a byte load from the UART's input gets its byte at the In after it
-            rec, b = trace[-1], tok.fields[0]
+        if tok.kind in (IN, TEXT) and trace:
+            # a byte load from the UART's input gets its byte at the In or Text after it
+            # (a Text's: its length or byte j, from the table ROMs)
+            rec, b = trace[-1], res.values[self._ids["in_b"]]
             signed = (rec.insn >> 12) & 7 == 0 and b & 0x80           # lb of a byte >= 0x80
             rec = rec._replace(mem_data=b, rd_value=((b - 256 if signed else b) & 0xFFFF_FFFF)
                                if rec.rd else None)
@@ -215,14 +216,29 @@ def cache_root() -> Path:
     return cache_dir("cores")
 
 
+#: table ROM images baked into a core (its text vocabulary: cpu/rv32/loader.text_tables)
+Tables = dict[str, list[int]]
+
+
 def compiled_core_path(sizes: CoreSizes = FULL, target: str = "compact",
-                       dtype: str = "bf16") -> Path:
-    """Where the core cache keeps the compiled core for (sizes, target, dtype)."""
-    return cache_root() / f"rv32-{core_hash(sizes)}-{_entry_suffix(sizes, target, dtype)}"
+                       dtype: str = "bf16", tables: Tables | None = None) -> Path:
+    """Where the core cache keeps the compiled core for (sizes, target, dtype, tables)."""
+    return cache_root() / (f"rv32-{core_hash(sizes)}-"
+                           f"{_entry_suffix(sizes, target, dtype, tables)}")
 
 
-def _entry_suffix(sizes: CoreSizes, target: str, dtype: str) -> str:
-    """The part of a cache entry's name after ``rv32-HASH-``: sizes, target, dtype. A target
+def tables_digest(tables: Tables) -> str:
+    """A digest of table ROM images (names and words), for the cache entry's name."""
+    h = hashlib.sha256()
+    for name in sorted(tables):
+        h.update(name.encode() + b"\0" + np.asarray(tables[name], dtype=np.uint64).tobytes())
+    return h.hexdigest()[:12]
+
+
+def _entry_suffix(sizes: CoreSizes, target: str, dtype: str,
+                  tables: Tables | None = None) -> str:
+    """The part of a cache entry's name after ``rv32-HASH-``: sizes, target, dtype, and a
+    digest of the text vocabulary's table images when there are some. A target
     read from a config file is named by its file's stem and a digest of the shapes it gives
     (every field of :class:`backends.target.Target` but its name), so two configs that
     share a file name, or one named like a built-in target, never share an entry."""
@@ -234,15 +250,16 @@ def _entry_suffix(sizes: CoreSizes, target: str, dtype: str) -> str:
         fields = {k: v for k, v in dataclasses.asdict(t).items() if k != "name"}
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         tname = f"{Path(target).stem}-{digest}"
-    return f"{sizes.name}-{tname}-{dtype}"
+    text = f"-v{tables_digest(tables)}" if tables else ""
+    return f"{sizes.name}-{tname}-{dtype}{text}"
 
 
 def stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
-                dtype: str = "bf16") -> list[Path]:
-    """Cache entries for the same (sizes, target, dtype) compiled from another core source
-    (an older cpu/rv32 or backend): nothing uses them once the current one exists."""
-    want = compiled_core_path(sizes, target, dtype)
-    suffix = _entry_suffix(sizes, target, dtype)
+                dtype: str = "bf16", tables: Tables | None = None) -> list[Path]:
+    """Cache entries for the same (sizes, target, dtype, tables) compiled from another core
+    source (an older cpu/rv32 or backend): nothing uses them once the current one exists."""
+    want = compiled_core_path(sizes, target, dtype, tables)
+    suffix = _entry_suffix(sizes, target, dtype, tables)
     if not want.parent.is_dir():
         return []
     return sorted(p for p in want.parent.iterdir() if p.is_dir() and p != want
@@ -271,15 +288,18 @@ def entry_problem(entry: Path) -> str | None:
 
 def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str = "bf16",
                   progress: Callable[[str], None] | None = None,
-                  approve: Callable[[Emission], None] | None = None) -> Path:
+                  approve: Callable[[Emission], None] | None = None,
+                  tables: Tables | None = None) -> Path:
     """The compiled core's checkpoint directory (:func:`compiled_core_path`), checked: it is
     compiled on first use (a line on stderr says so), and an entry that fails
     :func:`entry_problem` is rebuilt (a line on stderr says what was wrong). Once one is
     compiled, the stale entries (:func:`stale_cores`) are removed, each named on stderr.
     ``approve``: called with the core's plan before its weights are built, when it is
-    compiled (see :func:`backends.compiler.compile_to_dir`). CoreCacheError when a damaged
-    entry cannot be moved out of the way or the new one cannot be written."""
-    out = compiled_core_path(sizes, target, dtype)
+    compiled (see :func:`backends.compiler.compile_to_dir`). ``tables``: images baked into
+    the core's table ROMs (a merged base's text vocabulary), an entry of their own.
+    CoreCacheError when a damaged entry cannot be moved out of the way or the new one
+    cannot be written."""
+    out = compiled_core_path(sizes, target, dtype, tables)
     if os.path.lexists(out):
         why = entry_problem(out)
         if why is None:
@@ -289,8 +309,8 @@ def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str =
     else:
         _say(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
              f"{out.parent}")
-    _build(out, sizes, target, dtype, progress, approve)
-    remove_stale_cores(sizes, target, dtype)
+    _build(out, sizes, target, dtype, progress, approve, tables)
+    remove_stale_cores(sizes, target, dtype, tables)
     return out
 
 
@@ -317,7 +337,8 @@ def _discard(entry: Path, why: str) -> None:
 
 def _build(out: Path, sizes: CoreSizes, target: str, dtype: str,
            progress: Callable[[str], None] | None,
-           approve: Callable[[Emission], None] | None = None) -> None:
+           approve: Callable[[Emission], None] | None = None,
+           tables: Tables | None = None) -> None:
     """Compile the core into the absent entry ``out``: compile_to_dir builds it in a fresh
     temporary directory beside it, manifest last, and renames it into place; then it is
     stamped (its files were just hashed for the manifest). CoreCacheError when it cannot
@@ -326,8 +347,9 @@ def _build(out: Path, sizes: CoreSizes, target: str, dtype: str,
     from backends.checkpoint import OutputDirError
     from backends.compiler import compile_to_dir
     try:
+        baked = {"roms": tables} if tables else {}      # a text vocabulary's table ROMs
         compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress,
-                       byte_cells=BYTE_CELLS, approve=approve)
+                       byte_cells=BYTE_CELLS, approve=approve, **baked)
     except OutputDirError as e:
         raise CoreCacheError(f"the cached core at {out} could not be built: {e.reason}; "
                              f"free space in {out.parent}, or set DELTACHIP_CACHE to "
@@ -346,10 +368,10 @@ def refusal(entry: Path, error: UserError) -> CoreCacheError:
 
 
 def remove_stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
-                       dtype: str = "bf16") -> None:
+                       dtype: str = "bf16", tables: Tables | None = None) -> None:
     """Delete the stale entries (:func:`stale_cores`), each named on stderr with its size;
     called once the current entry exists."""
-    for old in stale_cores(sizes, target, dtype):
+    for old in stale_cores(sizes, target, dtype, tables):
         size = sum(f.stat().st_size for f in old.rglob("*") if f.is_file())
         shutil.rmtree(old, ignore_errors=True)
         print(f"removed the stale compiled core {old} ({size / 1e9:.1f} GB; compiled "
@@ -502,7 +524,7 @@ class CoreBatch:
         self.threads = max(1, threads or os.cpu_count() or 1)
         self.cache = self.eng.new_cache(len(images), roms=[im.images for im in images])
         self.readers = [TraceReader(word_at=im.machine.read_word) for im in images]
-        self.feeds = [InputFeed(im.machine.rx) for im in images]
+        self.feeds = [InputFeed(im.machine.rx, text=im.text) for im in images]
         self.cur = [im.start for im in images]
         for r, tok in zip(self.readers, self.cur):
             r.feed(tok)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from common.errors import UserError
 from cpu import isa, memmap
@@ -37,6 +38,34 @@ class CoreImage:
     images: dict[str, list[int]]
     start: Token
     machine: Machine          # the loaded program as the emulator sees it (not run)
+    #: the text stream's token ids (what UART_TNEXT moves through: :func:`with_text`)
+    text: tuple[int, ...] = ()
+
+
+#: the table ROMs that hold each text token's length and bytes (core.hdl: Text)
+TEXT_TABLES = ("tlen", "tb0", "tb1", "tb2", "tb3")
+
+
+def text_tables(vocab: Sequence[bytes]) -> dict[str, list[int]]:
+    """The images of the core's text table ROMs for a vocabulary (``vocab[i]``: text id
+    i's bytes): ``tlen`` the length (at most 255), ``tbK`` bytes 8K..8K+7 little-endian
+    (the first :data:`cpu.memmap.TEXT_BYTES` bytes of each)."""
+    n = memmap.TEXT_BYTES
+    out: dict[str, list[int]] = {"tlen": [min(len(t), 255) for t in vocab]}
+    padded = [bytes(t[:n]).ljust(n, b"\0") for t in vocab]
+    for k in range(n // 8):
+        out[f"tb{k}"] = [int.from_bytes(p[8 * k:8 * k + 8], "little") for p in padded]
+    return out
+
+
+def with_text(image: CoreImage, vocab: Sequence[bytes], ids: Sequence[int]) -> CoreImage:
+    """``image`` with a text stream: the token ids ``ids`` of vocabulary ``vocab``, which
+    the emulator reads as their bytes and the core as ``Text(id)`` tokens (their bytes from
+    the table ROMs, whose images this adds)."""
+    image.machine.text = [bytes(vocab[i]) for i in ids]
+    image.images |= text_tables(vocab)
+    image.text = tuple(ids)
+    return image
 
 
 def _op_name(name: str) -> str:

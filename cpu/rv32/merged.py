@@ -91,17 +91,26 @@ def core_target(base_config: dict[str, Any], config_path: Path) -> str:
 
 def core_for(fw: Firmware, target: str, dtype: str,
              progress: Callable[[str], None] | None = None,
-             approve: Callable[[Emission], None] | None = None) -> Path:
+             approve: Callable[[Emission], None] | None = None,
+             text: list[bytes] | None = None) -> Path:
     """The compiled core of ``fw.sizes`` for ``target``/``dtype`` from the core cache
     (compiled now when absent, ``approve`` called with its plan before its weights are
-    built); records the entry in ``fw.core``."""
-    from cpu.rv32.build import core_hash
+    built); records the entry in ``fw.core``. ``text``: a base's text vocabulary (each id's
+    bytes), which the core then reads as Text tokens, its bytes baked into the core's
+    table ROMs (docs/cpu.md, "Text input"; ``fw.sizes`` then has its text ids)."""
+    from cpu.rv32.build import MAX_TEXT_IDS, core_hash, with_text_ids
     from cpu.rv32.engines import compiled_core, compiled_core_path
-    where = compiled_core_path(fw.sizes, target, dtype)
+    from cpu.rv32.loader import text_tables
+    tables = None
+    if text is not None and len(text) <= MAX_TEXT_IDS:
+        fw.sizes = with_text_ids(fw.sizes, len(text))
+        tables = text_tables(text)
+    where = compiled_core_path(fw.sizes, target, dtype, tables)
     if not (where / "chip.json").is_file() and progress:
         progress(f"compiling the core for {target} ({dtype}) into {where} (first time only: "
                  "minutes)")
-    path = compiled_core(fw.sizes, target, dtype, progress=progress, approve=approve)
+    path = compiled_core(fw.sizes, target, dtype, progress=progress, approve=approve,
+                         tables=tables)
     fw.core = {"name": "rv32", "core_hash": core_hash(fw.sizes), "sizes": fw.sizes.name,
                "target": target, "cache_entry": path.name}
     return path

@@ -7,9 +7,10 @@ protocol's own (the current 8-word block: the last Jump's, or the one after it o
 ran; and the Step's lo), the values come from the tokens.
 
 Kinds (core.hdl): Jump(pc), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
-Fault(cause), End(v), DivStep(v, i), Fix(v), Next(keep, v), Want, In(b).
-The core emits Want after a byte load from the UART's input; whoever runs it feeds In(next
-input byte) in its place (:class:`InputFeed`), so the stream the reader sees has In there.
+Fault(cause), End(v), DivStep(v, i), Fix(v), Next(keep, v), Want(m), In(b), Text(id).
+The core emits Want(m) after a byte load from the UART's input; whoever runs it feeds In(next
+input byte), or for the text registers Text(a text token's id), in its place
+(:class:`InputFeed`), so the stream the reader sees has In or Text there.
 An executing token (Jump, Step, Next, Out with go = 1) is one instruction; it retires (and is
 counted when the next token arrives) unless the next token is a Fault. Fault(cause) →
 Half(hi) → End(lo) gives the fault's value; Half(hi) → End(lo) after an instruction is the
@@ -33,11 +34,13 @@ from cpu import memmap
 from cpu.emulator import Fault, FaultCause, fault_of
 from hdl.ir import Token
 
-JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT, WANT, IN = range(12)
+JUMP, STEP, HALF, LO, OUT, FAULT, END, DIVSTEP, FIX, NEXT, WANT, IN, TEXT = range(13)
+#: Want's modes: which input register the load read (core.hdl)
+WANT_RX, WANT_TNEXT, WANT_TXT = range(3)
 #: The kinds :meth:`TraceReader.feed_ids` leaves to :meth:`TraceReader.feed`: the ending, and
 #: the input (a Want is answered by whoever runs the core).
-_ONE_BY_ONE = np.array([k in (FAULT, END, WANT, IN) for k in range(12)])
-_EXECUTING = np.array([k in (JUMP, STEP, NEXT) for k in range(12)])
+_ONE_BY_ONE = np.array([k in (FAULT, END, WANT, IN, TEXT) for k in range(13)])
+_EXECUTING = np.array([k in (JUMP, STEP, NEXT) for k in range(13)])
 
 #: the quotient digits of a division (radix 8, 32 bits: cpu/rv32/mdu.hdl), one DivStep each
 DIV_DIGITS = 11
@@ -71,20 +74,31 @@ CAUSES = list(FaultCause)
 
 @dataclass
 class InputFeed:
-    """The run's input stream as the core reads it: every engine passes each token the
-    core emits through :meth:`answer`, which puts ``In(next byte)`` (``In(0)`` once the
-    bytes are used up) in the place of a ``Want``: the core asked for a byte, and the byte
-    is the next position's token. The stream is what a byte load from ``UART_RX`` reads
-    in the golden emulator (:meth:`cpu.emulator.Machine.read_rx`)."""
+    """The run's input as the core reads it: every engine passes each token the core
+    emits through :meth:`answer`, which puts the answer in the place of a ``Want``: the core
+    asked for input, and the answer is the next position's token. ``Want(0)`` (UART_RX) is
+    answered with ``In(next byte of data)`` (``In(0)`` once used up); ``Want(1)``
+    (UART_TNEXT) with ``Text(next id of text)`` (``In(0)`` once used up) and ``Want(2)``
+    (UART_TXT) with ``Text(the current id)`` (``In(0)`` before the first): ids only, no
+    bytes, since the core's table ROMs hold each id's bytes. What the golden emulator reads
+    from the same registers (:meth:`cpu.emulator.Machine.read_rx`)."""
     data: bytes = b""
     pos: int = 0
+    text: tuple[int, ...] = ()
+    text_pos: int = -1
 
     def answer(self, tok: Token) -> Token:
         if tok.kind != WANT:
             return tok
-        b = self.data[self.pos] if self.pos < len(self.data) else 0
-        self.pos = min(self.pos + 1, len(self.data))
-        return Token(IN, (b,))
+        if tok.fields[0] == WANT_RX:
+            b = self.data[self.pos] if self.pos < len(self.data) else 0
+            self.pos = min(self.pos + 1, len(self.data))
+            return Token(IN, (b,))
+        if tok.fields[0] == WANT_TNEXT:
+            self.text_pos = min(self.text_pos + 1, len(self.text))
+        if 0 <= self.text_pos < len(self.text):
+            return Token(TEXT, (self.text[self.text_pos],))
+        return Token(IN, (0,))
 
 
 def _s32(v: int) -> int:

@@ -96,14 +96,19 @@ def merge_command(args: argparse.Namespace) -> int:
                         "--chip is merged as it was compiled")
     if args.firmware is not None:
         from backends.merge.base import read_base
+        from backends.merge.bridge import text_vocabulary
         from cpu.rv32.merged import core_for, core_target, load_firmware
         from backends.target import get_target
         base = read_base(args.base)
         target = args.target or core_target(base.config, Path(args.base) / "config.json")
         get_target(target)
         firmware = load_firmware(args.firmware)
+        # the routed layout's core reads a tool call's text tokens (the base's vocabulary
+        # in its table ROMs); the stock layout's reads bytes
+        text = text_vocabulary(base) if args.layout != "stock" else None
         chip = core_for(firmware, target, args.dtype or "bf16", progress=say,
-                        approve=lambda em: _room_for_merge(Path(args.output), base, em))
+                        approve=lambda em: _room_for_merge(Path(args.output), base, em),
+                        text=text)
     if args.layout == "stock":
         from backends.merge.stock import merge_stock
         r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,

@@ -396,8 +396,10 @@ static int is_blank(const char *s, const char *end) {
 /* ---- tool calls from the UART's input -------------------------------------------
  *
  * With an empty input buffer, calc serves calls from the UART's input (the bridge of a
- * merged model feeds a tool call's text there: docs/firmware.md). A call is the bytes up
- * to a 0 byte. A text that starts with '{' is a tool call, {"name": "calc", "arguments":
+ * merged model feeds a tool call's text there: docs/firmware.md). A call is its text
+ * tokens, read with UART_TNEXT and UART_TXT up to a length of 0 (each token's bytes come
+ * from the core's own tables: docs/cpu.md, "Text input"); when there are none, the bytes
+ * on UART_RX up to a 0 byte (a bridge that feeds bytes). A text that starts with '{' is a tool call, {"name": "calc", "arguments":
  * {"expression": "..."}} (other keys ignored, in any order); its expression is evaluated
  * as a line would be. Anything else is evaluated as it is. A call that is not such JSON,
  * names another tool or is longer than the buffer prints "error: ...". After each answer
@@ -525,11 +527,26 @@ static void json_value(int depth) {
 /* The text to evaluate of the next call on the UART's input (see above): "" for an empty
  * call. A call too long for the buffer is read to its end, then refused. */
 static const char *uart_text(void) {
-    int n = 0, c;
-    while ((c = read_input_byte()) != 0) {
-        if (n < (int)sizeof call_text - 1) call_text[n] = (char)c;
-        n++;
+    int n = 0, c, len, tokens = 0, long_token = 0;
+    while ((len = read_text_next()) != 0) {
+        tokens++;
+        if (len > DELTACHIP_TEXT_BYTES) {     /* only its first bytes are readable */
+            long_token = 1;
+            continue;
+        }
+        for (int j = 0; j < len; j++) {
+            c = read_text_byte(j);
+            if (n < (int)sizeof call_text - 1) call_text[n] = (char)c;
+            n++;
+        }
     }
+    if (!tokens) {
+        while ((c = read_input_byte()) != 0) {
+            if (n < (int)sizeof call_text - 1) call_text[n] = (char)c;
+            n++;
+        }
+    }
+    if (long_token) call_error("the call has a text token longer than 32 bytes");
     if (n > (int)sizeof call_text - 1) call_error("the call is longer than 1023 bytes");
     call_text[n] = 0;
     jp = call_text;

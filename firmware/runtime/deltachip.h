@@ -29,6 +29,19 @@ const char *input_text(void);
 /* The next input byte from the UART (0: the stream is used up). */
 static inline int read_input_byte(void) { return *DELTACHIP_UART_RX; }
 
+/* Text input (a tool call's text tokens inside a merged model; docs/cpu.md, "Text input"):
+ * a byte load from UART_TNEXT moves to the next text token and reads its length in bytes
+ * (at most 255; 0 once the text is used up); UART_TXT[j] (j < TEXT_BYTES) is byte j of the
+ * current token (0 past its end). A token longer than TEXT_BYTES shows only its first
+ * TEXT_BYTES bytes: a program must refuse it. */
+#define DELTACHIP_UART_TNEXT ((volatile unsigned char *)0x10000008u)
+#define DELTACHIP_UART_TXT ((volatile unsigned char *)0x10000020u)
+#define DELTACHIP_TEXT_BYTES 32
+/* The next text token's length (0: the text is used up). */
+static inline int read_text_next(void) { return *DELTACHIP_UART_TNEXT; }
+/* Byte j of the current text token. */
+static inline int read_text_byte(int j) { return DELTACHIP_UART_TXT[j]; }
+
 int putchar(int c);
 /* Prints s and a newline, like C's puts. Returns a non-negative number. */
 int puts(const char *s);

@@ -21,16 +21,30 @@ from cpu import memmap
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL, CoreSizes
 from cpu.rv32.engines import SimCore
-from cpu.rv32.loader import image_of
+from cpu.rv32.loader import image_of, with_text
 from cpu.rv32.protocol import InputFeed
 
 
 def compare(make: Callable[[], Machine], sizes: CoreSizes = FULL, max_steps: int = 2_000_000,
-            sim_backend: str = "auto") -> tuple[list[str], SimCore]:
+            sim_backend: str = "auto", text: tuple[list[bytes], list[int]] | None = None
+            ) -> tuple[list[str], SimCore]:
+    """``text``: (vocabulary, ids), a text stream for UART_TNEXT and UART_TXT: the emulator
+    reads the ids' bytes, the core Text(id) tokens and its table ROMs' images."""
+    if text is not None:
+        vocab, ids = text
+        plain = make
+
+        def make() -> Machine:
+            m = plain()
+            m.text = [vocab[i] for i in ids]
+            return m
     ref = make().run
     m_ref = make()
     want = m_ref.run(max_steps, trace=True)
-    eng = SimCore(image_of(make(), sizes), sizes, backend=sim_backend)
+    image = image_of(make(), sizes)
+    if text is not None:
+        image = with_text(image, *text)
+    eng = SimCore(image, sizes, backend=sim_backend)
     got = eng.run(max_steps, trace=True)
     diffs: list[str] = []
     for i, (a, b) in enumerate(zip(want.retired, got.retired)):

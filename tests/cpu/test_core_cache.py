@@ -262,3 +262,36 @@ def test_an_entry_an_engine_refuses_is_worded_for_the_cache(tmp_path, monkeypatc
     refused = FastRefused(f"{entry}: the fast engine cannot run this checkpoint: ...")
     with pytest.raises(FastRefused):
         engines.HFCore(image_of(machine, TINY), TINY)
+
+
+def test_a_core_with_a_text_vocabulary_has_entries_of_its_own(tmp_path, monkeypatch):
+    """A core compiled for a base's vocabulary (its text ids and table images) is its own
+    entry, one per vocabulary, and none of them is stale for the others or for the core
+    without one; the compile bakes the tables in."""
+    from cpu.rv32.build import FULL, core_source, with_text_ids
+    from cpu.rv32.loader import text_tables
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path))
+    sizes = with_text_ids(TINY, 1500)
+    assert (sizes.text_ids, sizes.name) == (2048, "c512-r128-m128-t2048")
+    assert with_text_ids(FULL, 248_320).name == "full-t262144"
+    assert with_text_ids(FULL, 2).text_ids == 4          # 2 is the core without a vocabulary
+    assert "const TEXT_IDS = 2048;" in core_source(sizes)
+    a, b = text_tables([b"ab", b"c"]), text_tables([b"ab", b"d"])
+    assert a["tlen"] == [2, 1] and a["tb0"] == [0x6261, 0x63]
+    paths = [engines.compiled_core_path(sizes, "compact", "bf16", t) for t in (a, b, None)]
+    assert len(set(paths)) == 3 and paths[0].name.endswith(
+        f"-v{engines.tables_digest(a)}")
+    baked = {}
+
+    def fake_compile(circuit, out, target, dtype, progress=None, byte_cells=None,
+                     approve=None, roms=None):
+        baked[out.name] = roms
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "chip.json").write_text("{}")
+        manifest.write(out, ["chip.json"])
+    monkeypatch.setattr(backends.compiler, "compile_to_dir", fake_compile)
+    for t in (a, b):
+        assert engines.compiled_core(sizes, "compact", "bf16", tables=t) == \
+            paths[(a, b).index(t)]
+    assert all(p.is_dir() for p in paths[:2])            # neither removed the other
+    assert baked[paths[0].name] is a and baked[paths[1].name] is b

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from core_check import compare  # noqa: E402
 from cpu import isa, memmap  # noqa: E402
 from cpu.emulator import FaultCause, Machine  # noqa: E402
-from cpu.rv32.build import SMALL, load_core  # noqa: E402
+from cpu.rv32.build import FULL, SMALL, load_core, with_text_ids  # noqa: E402
 from firmware import toolchain  # noqa: E402
 
 ISA_TESTS = toolchain.isa_programs()
@@ -39,8 +39,8 @@ def built(tmp_path_factory):
     return get
 
 
-def _check(make, sizes=None) -> None:
-    diffs, eng = compare(make) if sizes is None else compare(make, sizes)
+def _check(make, sizes=None, text=None) -> None:
+    diffs, eng = compare(make, sizes or FULL, text=text)
     assert not diffs, "\n".join(diffs)
     return eng
 
@@ -77,6 +77,48 @@ def test_input_from_the_uart(tmp_path, text):
     eng = _check(lambda: Machine.from_elf(elf, text))
     assert eng.input.pos == len(text)               # every byte was read, then 0s
     assert (b"A" in eng.reader.output) == (b"a" in text)
+
+
+#: a vocabulary for tests/cpu/programs/text_echo.c: ASCII, UTF-8 (bytes >= 0x80), one byte,
+#: exactly the window's 32 bytes and past it (40: the program refuses it)
+TEXT_VOCAB = [b"{", b'"name"', b" calc", "\u00e9t\u00e9".encode(), b"\xff", b"x" * 32, b"=" * 40,
+              b"}\n"]
+TEXT_STREAMS = [[], [0, 1, 2, 7], [3, 4, 5, 2, 6, 0, 0]]
+TEXT_ECHO = Path(__file__).resolve().parent / "programs" / "text_echo.c"
+
+
+@pytest.mark.parametrize("ids", TEXT_STREAMS)
+def test_text_input_from_the_uart(tmp_path, ids):
+    """The text registers: a load from UART_TNEXT asks Want(1) and is answered with
+    Text(next id), one from UART_TXT + j asks Want(2) and is answered with Text(the same id);
+    the core takes the length and byte j from its table ROMs, and the program sees what
+    ref's emulator reads from the ids' bytes."""
+    elf = toolchain.build([TEXT_ECHO], tmp_path / "text_echo.elf")
+    sizes = with_text_ids(FULL, len(TEXT_VOCAB))
+    eng = _check(lambda: Machine.from_elf(elf), sizes, text=(TEXT_VOCAB, ids))
+    want = b"".join(b"!40" if len(TEXT_VOCAB[i]) > 32 else b"[" + TEXT_VOCAB[i] + b"]"
+                    for i in ids)
+    assert bytes(eng.reader.output) == want
+    assert eng.reader.exit_code == len(ids) + 1000 * any(b >= 0x80 for i in ids
+                                                         for b in TEXT_VOCAB[i][:32])
+
+
+@pytest.mark.parametrize("pieces", [
+    ['{"name": "calc", "arguments": {"expression": "', "2**", "70", ' / 3"}}'],
+    ['{"name": "calc", "arguments": {"expression": "', "1", "+" * 40, '2"}}'],
+])
+def test_calc_reads_a_call_as_text_tokens(built, pieces):
+    """calc serving calls from the UART reads a call's text tokens (UART_TNEXT, UART_TXT),
+    as a merged model's core does; a token longer than the 32 bytes the core holds is
+    refused with an error, on the core as on ref."""
+    elf = built("calc")
+    vocab = [p.encode() for p in pieces]
+    eng = _check(lambda: Machine.from_elf(elf), with_text_ids(FULL, len(vocab)),
+                 text=(vocab, list(range(len(vocab)))))
+    long = any(len(p) > 32 for p in vocab)
+    assert (b"text token longer than 32 bytes" in eng.reader.output) == long
+    assert long or eng.reader.output == b"393530540239137101141.3333333333333333333333333333" \
+        b"3333333333333333333333333333333333333333333333333333333333333333333333\n"
 
 
 @pytest.mark.parametrize("name", ["sum", "fibonacci", "hello"])

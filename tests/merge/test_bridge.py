@@ -30,10 +30,14 @@ def calc_elf(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def merged_calc(bases, calc_elf, tmp_path_factory):
+    from backends.merge.base import read_base
+    from backends.merge.bridge import text_vocabulary
     from backends.merge.routed import merge_routed
     from cpu.rv32.merged import core_for, load_firmware
     fw = load_firmware(str(calc_elf))
-    core = core_for(fw, "compact", "bf16")
+    # the core reads the call's text tokens (the base's vocabulary in its table ROMs), as
+    # `deltachip merge --firmware` compiles it
+    core = core_for(fw, "compact", "bf16", text=text_vocabulary(read_base(bases["tied"])))
     out = tmp_path_factory.mktemp("merged-calc") / "out"
     merge_routed(bases["tied"], out, core, firmware=fw)
     return out
@@ -288,6 +292,27 @@ def test_deltachip_chat_end_to_end(merged_calc, capfd):
                                  "</tool_response>\n")
     assert "[tool call 1: " in err and "instructions" in err and "on fast" in err
     assert main(["chat", str(merged_calc.parent), "--prompt", "x"]) == 2
+
+
+def test_the_call_reaches_the_core_as_text_tokens(merged_calc, model, tok, calc_elf):
+    """The merged core reads the call's text ids themselves (Text tokens, their bytes from
+    its table ROMs, compiled from the base's tokenizer): the checkpoint holds no byte table,
+    and calc prints what the golden emulator prints reading those ids' bytes from UART_TNEXT
+    and UART_TXT."""
+    from backends.merge.bridge import vocab_bytes
+    cfg = model.config.chip_bridge
+    assert "text" in cfg and "text_bytes" not in cfg
+    assert not any(k.startswith("chip.bridge.") for k in model.state_dict())
+    vocab = vocab_bytes(json.loads((merged_calc / "tokenizer.json").read_text()),
+                        model.config.chip_token_offset)
+    for expression in ("6*7", "2**70 / 3", "gcd(2**40, 6**20)"):
+        ids = tok(call_text(expression), add_special_tokens=False).input_ids
+        assert len(ids) > 3
+        out, rec = model._run_call(ids, bridge_module(model).ToolCalls())
+        m = Machine.from_elf(calc_elf)
+        m.text = [vocab[i] for i in ids]
+        want = m.run(50_000_000)
+        assert out == want.output and rec["tokens"] > 0
 
 
 def test_the_fallback_on_the_chip_modules_is_the_fast_engine(bases, tmp_path):
