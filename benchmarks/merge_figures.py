@@ -113,15 +113,18 @@ cache = m.new_cache(); t = time.perf_counter()
 m.generate(ids, max_new_tokens=60, do_sample=False, cache=cache)
 print(line("generate(), first call", cache.calls[0].log[0]) + f"; generate() {{time.perf_counter() - t:.2f}} s")
 text = "\\n" + call + "\\n"
+# a core that reads text tokens takes the call's ids, one that reads bytes their bytes
+arg = (tok(text, add_special_tokens=False).input_ids if "text" in m.config.chip_bridge
+       else text.encode())
 row = mod.ToolCalls()
 for what in ("from the start", "resumed"):
-    out, r = m._run_call(text.encode(), row)
+    out, r = m._run_call(arg, row)
     r["output"] = out.decode()
     print(line(f"call {{what}}", r))
 if {hf_tokens}:
     m._runner = mod.ModuleChip(m.chip)
     m.config.chip_bridge["max_tokens"] = {hf_tokens}
-    out, r = m._run_call(text.encode(), mod.ToolCalls())
+    out, r = m._run_call(arg, mod.ToolCalls())
     print(f"transformers' modules: first {{r['tokens']:,}} chip tokens of the call in "
           f"{{r['seconds']:.1f}} s, {{r['seconds'] / r['tokens']:.3f}} s a token")
 """
