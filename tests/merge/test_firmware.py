@@ -169,3 +169,29 @@ def test_a_disk_without_room_for_the_merge_is_said_before_the_core_is_built(
                         r"nothing was compiled or written", err), err
     assert built == [] and not (tmp_path / "out").exists()
     assert [p.name for p in (tmp_path / "cache" / "cores").iterdir()] == []
+
+
+def test_the_routed_merge_compiles_the_core_for_the_bases_vocabulary(
+        bases, fence_elf, tmp_path, capsys, monkeypatch):
+    """`deltachip merge --firmware` gives the core the base's text vocabulary (every id's
+    bytes, for its table ROMs) in the routed layout, and none in the stock layout (its core
+    reads bytes)."""
+    import cpu.rv32.merged as merged
+    from backends.merge.base import read_base
+    from backends.merge.stfile import MergeError
+    from deltachip.cli import main
+    seen = []
+
+    def fake_core_for(fw, target, dtype, progress=None, approve=None, text=None):
+        seen.append(text)
+        raise MergeError("stopped here")
+    monkeypatch.setattr(merged, "core_for", fake_core_for)
+    vocab = read_base(bases["tied"]).vocab_size
+    for layout in ("routed", "stock"):
+        assert main(["merge", str(bases["tied"]), str(tmp_path / layout), "--firmware",
+                     str(fence_elf), "--layout", layout]) == 2
+        assert "stopped here" in capsys.readouterr().err
+    routed, stock = seen
+    assert stock is None and len(routed) == vocab
+    assert all(isinstance(t, bytes) for t in routed)
+    assert b"<tool_call>" in routed and all(bytes([b]) in routed for b in range(256))
