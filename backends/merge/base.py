@@ -3,11 +3,14 @@
 Takes: a local Hugging Face checkpoint directory. Gives: :class:`Base` (its config, its
 weight files with every tensor's dtype, shape and byte range, its tokenizer and generation
 files) or a :class:`~backends.merge.stfile.MergeError` that names what differs from a
-Qwen3.5 text model this merge supports: another model type (the vision-language Qwen3.5
-included), a config transformers refuses, weights in another format, a missing, truncated
-or corrupt shard, or tensors that do not fit the config (missing, mis-shaped, unexpected:
-the expected set is transformers' own ``Qwen3_5ForCausalLM`` built on the meta device).
-Tied and untied word embeddings are both accepted.
+Qwen3.5 text model this merge supports: another model type, a config transformers refuses,
+weights in another format, a missing, truncated or corrupt shard, or tensors that do not
+fit the config (missing, mis-shaped, unexpected: the expected set is transformers' own
+``Qwen3_5ForCausalLM`` built on the meta device). Tied and untied word embeddings are both
+accepted. A vision-language Qwen3.5 checkpoint (``model_type`` ``qwen3_5``, as Qwen's own
+Qwen3.5 releases are) is taken as its text model, as transformers' ``Qwen3_5ForCausalLM``
+takes it: the config's ``text_config``, the tensors under ``model.language_model.`` (read
+as ``model.``) and the lm_head; the vision tower (``model.visual.``) is left out.
 """
 from __future__ import annotations
 
@@ -16,12 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.merge.stfile import Header, MergeError, read_header
+from backends.merge.stfile import Header, MergeError, TensorEntry, read_header
 from common.inputs import InputTooLarge, read_bounded
 from common.outputs import os_reason
 
 MODEL_TYPE = "qwen3_5_text"
 ARCHITECTURE = "Qwen3_5ForCausalLM"
+#: the vision-language Qwen3.5: its text model's tensors are stored under LANGUAGE_PREFIX
+VL_MODEL_TYPE = "qwen3_5"
+LANGUAGE_PREFIX = "model.language_model."
+VISION_PREFIX = "model.visual."
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 #: files beside the weights that the merged checkpoint carries over (the tokenizer's are
@@ -45,6 +52,39 @@ class Base:
     config: dict[str, Any]
     files: list[Header]                 # weight files, in shard order
     extra: dict[str, Path]              # tokenizer and generation files present, by name
+    #: a vision-language Qwen3.5 checkpoint, taken as its text model
+    multimodal: bool = False
+    #: where its text model's tensors are stored in place of ``model.``
+    #: (``model.language_model.``; "" where they are stored as a text model's)
+    language_prefix: str = ""
+
+    def text_name(self, stored: str) -> str | None:
+        """The text model's name (``Qwen3_5ForCausalLM``'s) of the tensor stored as
+        ``stored``; None for one it does not load (the vision tower, the MTP head)."""
+        if stored.startswith(IGNORED_PREFIXES) or (self.multimodal and
+                                                    stored.startswith(VISION_PREFIX)):
+            return None
+        if self.language_prefix and stored.startswith(self.language_prefix):
+            return "model." + stored[len(self.language_prefix):]
+        if self.language_prefix and stored.startswith("model."):
+            return None
+        return stored
+
+    def stored_name(self, name: str) -> str:
+        """The name a text model's tensor ``name`` is stored under."""
+        if self.language_prefix and name.startswith("model."):
+            return self.language_prefix + name[len("model."):]
+        return name
+
+    def tensors(self) -> dict[str, tuple[Header, TensorEntry]]:
+        """Every tensor the text model loads, by its text name, with its file."""
+        out = {}
+        for h in self.files:
+            for stored, t in h.tensors.items():
+                name = self.text_name(stored)
+                if name is not None:
+                    out[name] = (h, t)
+        return out
 
     @property
     def vocab_size(self) -> int:
@@ -83,20 +123,36 @@ def read_base(path: str | Path) -> Base:
     cfg = read_json(cfg_path, "a config.json")
     if not isinstance(cfg, dict):
         raise MergeError(f"{cfg_path}: not a JSON object")
+    multimodal = cfg.get("model_type") == VL_MODEL_TYPE
+    if multimodal:
+        cfg = language_config(cfg, cfg_path)
     check_config(cfg, cfg_path)
-    files = _weight_files(d)
-    check_tensors(cfg, files, d)
     extra = {n: d / n for n in TOKENIZER_FILES + OTHER_FILES if (d / n).is_file()}
-    return Base(d, cfg, files, extra)
+    files = _weight_files(d)
+    prefix = LANGUAGE_PREFIX if multimodal and any(
+        n.startswith(LANGUAGE_PREFIX) for h in files for n in h.tensors) else ""
+    base = Base(d, cfg, files, extra, multimodal, prefix)
+    check_tensors(base)
+    return base
+
+
+def language_config(cfg: dict[str, Any], where: Path) -> dict[str, Any]:
+    """The text model's config of a vision-language Qwen3.5 config: its ``text_config`` as
+    a ``qwen3_5_text`` config (word embeddings tied as the outer config says, where it
+    says)."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise MergeError(f"{where}: model_type is 'qwen3_5' (the vision-language Qwen3.5) but "
+                         f"it has no text_config object to take the text model from")
+    out = {**text, "model_type": MODEL_TYPE, "architectures": [ARCHITECTURE]}
+    if "tie_word_embeddings" in cfg:
+        out["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    return out
 
 
 def check_config(cfg: dict[str, Any], where: Path) -> None:
     """MergeError unless ``cfg`` is a Qwen3.5 text config transformers accepts."""
     mt = cfg.get("model_type")
-    if mt == "qwen3_5":
-        raise MergeError(f"{where}: model_type is 'qwen3_5', the vision-language Qwen3.5 "
-                         f"(Qwen3_5ForConditionalGeneration); merge takes the text model "
-                         f"(model_type '{MODEL_TYPE}', {ARCHITECTURE})")
     if mt != MODEL_TYPE:
         raise MergeError(f"{where}: model_type is {json.dumps(mt)}, not '{MODEL_TYPE}': merge "
                          f"takes a Qwen3.5 text checkpoint ({ARCHITECTURE})")
@@ -175,25 +231,31 @@ def expected_tensors(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return want
 
 
-def check_tensors(cfg: dict[str, Any], files: list[Header], d: Path) -> None:
-    """MergeError unless the tensors of ``files`` are exactly what ``cfg`` makes, in a float
-    dtype (an ignored multi-token-prediction head, and a tied lm_head, may be there too)."""
+def check_tensors(base: Base) -> None:
+    """MergeError unless the tensors of ``base`` are exactly what its config makes, in a
+    float dtype (an ignored multi-token-prediction head, a vision-language base's vision
+    tower, and a tied lm_head, may be there too)."""
+    cfg, d = base.config, base.path
     want = expected_tensors(cfg)
-    have = {name: (h, t) for h in files for name, t in h.tensors.items()}
-    problems = []
+    have = base.tensors()
+    stored = {n for h in base.files for n in h.tensors}
+    problems = [f"tensor {n} is not part of a Qwen3.5 model (its text model is stored under "
+                f"{base.language_prefix})" for n in sorted(stored) if base.text_name(n) is None
+                and not n.startswith(IGNORED_PREFIXES) and not n.startswith(VISION_PREFIX)]
     for name, shape in want.items():
+        shown = base.stored_name(name)
         if name not in have:
-            problems.append(f"tensor {name} is missing")
+            problems.append(f"tensor {shown} is missing")
         elif have[name][1].shape != shape:
-            problems.append(f"tensor {name} is {list(have[name][1].shape)}, config.json makes "
-                            f"it {list(shape)}")
+            problems.append(f"tensor {shown} is {list(have[name][1].shape)}, config.json "
+                            f"makes it {list(shape)}")
         elif have[name][1].dtype not in FLOAT_DTYPES:
-            problems.append(f"tensor {name} is {have[name][1].dtype}, not a float type")
+            problems.append(f"tensor {shown} is {have[name][1].dtype}, not a float type")
     tied_head = cfg.get("tie_word_embeddings", False) and "lm_head.weight" in have
     for name in have:
-        if name not in want and not name.startswith(IGNORED_PREFIXES) and not (
-                tied_head and name == "lm_head.weight"):
-            problems.append(f"tensor {name} is not part of a Qwen3.5 text model")
+        if name not in want and not (tied_head and name == "lm_head.weight"):
+            problems.append(f"tensor {base.stored_name(name)} is not part of a Qwen3.5 text "
+                            f"model")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise MergeError(f"base {d}: does not fit its config.json: {problems[0]}{more}")

@@ -359,8 +359,9 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
     config: DeltachipRoutedConfig
     base_model_prefix = "model"
     _no_split_modules = ["Qwen3_5DecoderLayer"]
-    # the base's multi-token-prediction head, and the lm_head a tied base may also store
-    _keys_to_ignore_on_load_unexpected = [r"^mtp\.", r"^lm_head\.weight$"]
+    # the base's multi-token-prediction head, the lm_head a tied base may also store, and
+    # a vision-language base's vision tower
+    _keys_to_ignore_on_load_unexpected = [r"^mtp\.", r"^lm_head\.weight$", r"^model\.visual\."]
 
     def __init__(self, config: DeltachipRoutedConfig):
         super().__init__(config)
@@ -377,6 +378,14 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
             self.chip.bridge = BridgeTables(config.chip_token_offset, bridge["text_bytes"])
         self._runner = None                 # the fast engine's call runner, when it loads
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' loader; a vision-language base's text model is stored under
+        ``model.language_model.`` (its files are copied as they are) and read as ``model.``,
+        as ``Qwen3_5ForCausalLM`` reads it."""
+        kwargs.setdefault("key_mapping", {r"^model\.language_model\.": "model."})
+        return super().from_pretrained(*args, **kwargs)
 
     # ---- ids and caches ------------------------------------------------------------------
     @property

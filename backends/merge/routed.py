@@ -463,6 +463,7 @@ def _manifest(base: Base, chip: _Chip, offset: int, names: list[str], dtype: str
                  "hidden_size": base.config["hidden_size"],
                  "layers": base.config["num_hidden_layers"],
                  "tie_word_embeddings": base.tied,
+                 "vision_language": base.multimodal,
                  "config_sha256": _sha256(json.dumps(base.config, sort_keys=True).encode()),
                  "weight_files": [h.path.name for h in base.files]},
     }

@@ -42,7 +42,8 @@ Layers: the chip's (its closing zero attention layer dropped: it adds exactly 0)
 base's.
 
 Files: the weights in shards (the chip's layers first, then one shard per base shard; an
-``mtp.*`` head is not carried: its width is the base's) with an index, ``config.json`` (the
+``mtp.*`` head is not carried: its width is the base's; nor is a vision-language base's
+vision tower) with an index, ``config.json`` (the
 base's with the new width, layers, ``layer_types`` and vocabulary, untied), the tokenizer
 with the chip's tokens (:mod:`backends.merge.routed`), ``deltachip.json`` (layout ``stock``,
 the dims above), ``deltachip/chip.json``, ``deltachip/roms/*.hex`` and
@@ -316,7 +317,7 @@ def plans_size(plans: list[Plan]) -> int:
 class _Planner:
     def __init__(self, base: Base, chip: _Chip, lay: Layout):
         self.base, self.chip, self.lay = base, chip, lay
-        self.bt = {n: (h.path, t) for h in base.files for n, t in h.tensors.items()}
+        self.bt = {n: (h.path, t) for n, (h, t) in base.tensors().items()}
         self.ct = {n: (h.path, t) for h in chip.files for n, t in h.tensors.items()}
         self.lc = int(chip.config["num_hidden_layers"]) - 1     # the zero attention layer off
         self.cdtype = "F32" if chip.chip["dtype"] == "fp32" else "BF16"
@@ -382,8 +383,9 @@ class _Planner:
         out = []
         for h in self.base.files:
             plans = []
-            for n, t in sorted(h.tensors.items(), key=lambda kv: kv[1].begin):
-                if n.startswith("mtp.") or (n == "lm_head.weight" and self.base.tied):
+            for stored, t in sorted(h.tensors.items(), key=lambda kv: kv[1].begin):
+                n = self.base.text_name(stored)
+                if n is None or (n == "lm_head.weight" and self.base.tied):
                     continue
                 if n == "model.embed_tokens.weight":
                     plans.append(self.embedding(h.path, t))
@@ -555,7 +557,9 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                              "base_layers": [pl.lc, pl.lc + int(base.config["num_hidden_layers"])],
                              "rom_states": ROM_STATES if roms else None,
                              "rom_layers": sorted(chip.rom_states),
-                             "mtp_dropped": any(t.startswith("mtp.") for t in pl.bt),
+                             "mtp_dropped": any(t.startswith("mtp.") for h in base.files
+                                                for t in h.tensors),
+                             "vision_dropped": base.multimodal,
                              "chip_final_norm_dims": np.flatnonzero(pl.readout()).tolist()}
         if firmware is not None:
             manifest["firmware"] = firmware.manifest()

@@ -1,7 +1,7 @@
 """``deltachip merge``: a compiled chip merged into a stock Qwen3.5 text checkpoint.
 
-Takes: BASE_DIR (a local Qwen3.5 text checkpoint: config.json, safetensors single or sharded
-with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``) or
+Takes: BASE_DIR (a local Qwen3.5 checkpoint, text or vision-language (taken as its text
+model): config.json, safetensors single or sharded with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``) or
 ``--firmware calc|PROG.elf`` (the RISC-V core for the base's shapes from the core cache,
 ``--target`` to choose another, with the program's memory images), ``--dtype``
 (default: the chip's; it must be the chip's), ``--tables`` (how the chip's token tables are
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from backends.emit import Emission
     from backends.merge.base import Base
 
-DESCRIPTION = """Merge a compiled chip into a Qwen3.5 text checkpoint. The routed layout keeps
+DESCRIPTION = """Merge a compiled chip into a Qwen3.5 checkpoint (a text one, or a vision-language
+one taken as its text model: Qwen's own Qwen3.5 releases are). The routed layout keeps
 every base tensor byte for byte, runs the chip's layers on their own residual beside the
 base's, and ships a modeling file (load with trust_remote_code=True): text gives the base's
 logits bit for bit, chip tokens (appended to the vocabulary as special tokens) give what the
@@ -54,8 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("merge", help="merge a compiled chip into a Qwen3.5 checkpoint",
                               description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("base", metavar="BASE_DIR", help="a local Qwen3.5 text checkpoint directory "
-                   "(read only, never written)")
+    p.add_argument("base", metavar="BASE_DIR", help="a local Qwen3.5 checkpoint directory, "
+                   "text or vision-language (its text model is taken; read only, never "
+                   "written)")
     p.add_argument("output", metavar="OUT_DIR", help="where the merged checkpoint goes (new, "
                    "empty, or a previous merge output)")
     what = p.add_mutually_exclusive_group(required=True)

@@ -72,3 +72,38 @@ def make_base(path: Path, tied: bool, seed: int = 0, shard_bytes: int | None = N
     model.save_pretrained(str(path), **kw)
     make_tokenizer(path)
     return path
+
+
+def make_vl_base(path: Path, text_base: Path, seed: int = 0) -> Path:
+    """A vision-language Qwen3.5 checkpoint (``Qwen3_5ForConditionalGeneration``, bf16) at
+    ``path`` whose text model is ``text_base``'s, tensor for tensor, stored as Qwen's own
+    Qwen3.5 releases store it: under ``model.language_model.``, beside a random one-block
+    vision tower under ``model.visual.``; the config's ``text_config`` is the text base's
+    config, ``vision_config`` the tower's; the tokenizer is the text base's."""
+    import json
+    import shutil
+    from safetensors.torch import load_file
+    from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    text_cfg = json.loads((text_base / "config.json").read_text())
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                  out_hidden_size=text_cfg["hidden_size"], patch_size=4, spatial_merge_size=2,
+                  temporal_patch_size=2, num_position_embeddings=16)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(
+        text_config=text_cfg, vision_config=vision,
+        tie_word_embeddings=text_cfg["tie_word_embeddings"])).to(torch.bfloat16)
+    weights = {}
+    for f in sorted(text_base.glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    with torch.no_grad():
+        for name, t in weights.items():
+            if name.startswith("model."):
+                model.model.language_model.get_parameter(name[len("model."):]).copy_(t)
+            else:
+                model.get_parameter(name).copy_(t)
+    model.generation_config = GenerationConfig(eos_token_id=2, pad_token_id=0)
+    model.save_pretrained(str(path))
+    for f in text_base.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(f, path / f.name)
+    return path

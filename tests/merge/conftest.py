@@ -9,18 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.merge.bases import make_base
+from tests.merge.bases import make_base, make_vl_base
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def bases(tmp_path_factory) -> dict[str, Path]:
-    """'tied' and 'untied' single-file bases, 'sharded' (untied, 11 shards with an index)."""
+    """'tied' and 'untied' single-file bases, 'sharded' (untied, 11 shards with an index),
+    'vl' (a vision-language checkpoint whose text model is 'tied''s)."""
     d = tmp_path_factory.mktemp("bases")
-    return {"tied": make_base(d / "tied", tied=True, seed=1),
-            "untied": make_base(d / "untied", tied=False, seed=2),
-            "sharded": make_base(d / "sharded", tied=False, seed=3, shard_bytes=400_000)}
+    out = {"tied": make_base(d / "tied", tied=True, seed=1),
+           "untied": make_base(d / "untied", tied=False, seed=2),
+           "sharded": make_base(d / "sharded", tied=False, seed=3, shard_bytes=400_000)}
+    out["vl"] = make_vl_base(d / "vl", out["tied"], seed=4)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -48,11 +48,28 @@ def test_a_non_qwen_base_is_refused(bases, chips, tmp_path):
              r"model_type is \"llama\", not 'qwen3_5_text': merge takes a Qwen3.5 text")
 
 
-def test_the_vision_language_qwen35_is_named(bases, chips, tmp_path):
-    base = _copy(bases["tied"], tmp_path / "vl")
+def test_a_vision_language_base_needs_its_text_config_and_text_model(bases, chips, tmp_path):
+    base = _copy(bases["vl"], tmp_path / "vl")
     cfg = json.loads((base / "config.json").read_text())
-    (base / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": cfg}))
-    _refused(base, chips["counter"], tmp_path / "out", r"vision-language Qwen3\.5")
+    (base / "config.json").write_text(json.dumps({**cfg, "text_config": None}))
+    _refused(base, chips["counter"], tmp_path / "out",
+             r"model_type is 'qwen3_5' \(the vision-language Qwen3\.5\) but it has no "
+             r"text_config object to take the text model from")
+    # its text model is checked as stored, under model.language_model.
+    from safetensors.torch import load_file, save_file
+    (base / "config.json").write_text(json.dumps(cfg))
+    weights = load_file(str(base / "model.safetensors"))
+    del weights["model.language_model.layers.0.mlp.up_proj.weight"]
+    weights["model.stray.weight"] = weights["model.language_model.norm.weight"].clone()
+    save_file(weights, str(base / "model.safetensors"), {"format": "pt"})
+    _refused(base, chips["counter"], tmp_path / "out",
+             r"does not fit its config.json: tensor model\.stray\.weight is not part of a "
+             r"Qwen3\.5 model \(its text model is stored under model\.language_model\.\) "
+             r"\(and 1 more\)")
+    del weights["model.stray.weight"]
+    save_file(weights, str(base / "model.safetensors"), {"format": "pt"})
+    _refused(base, chips["counter"], tmp_path / "out", r"tensor model\.language_model\.layers"
+             r"\.0\.mlp\.up_proj\.weight is missing$")
 
 
 def test_a_truncated_shard_is_refused(bases, chips, tmp_path):

@@ -40,7 +40,7 @@ def _same_text_logits(merged, base, vocab=VOCAB):
     assert bool((merged[..., vocab:] == float("-inf")).all())
 
 
-@pytest.mark.parametrize("base", ["tied", "untied", "sharded"])
+@pytest.mark.parametrize("base", ["tied", "untied", "sharded", "vl"])
 def test_every_base_tensor_is_byte_identical(bases, chips, merged, base):
     out = merged(base, "counter")
     b = read_base(bases[base])
@@ -115,12 +115,18 @@ def test_plain_tables_are_the_chips_bytes(bases, chips, tmp_path):
     assert (g[0] - VOCAB).tolist() == list(range(10)) + [256] * 3
 
 
+#: the text checkpoint whose model each base's text model is (the vision-language base
+#: holds 'tied''s, tensor for tensor)
+TEXT_MODEL = {"tied": "tied", "untied": "untied", "vl": "tied"}
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-@pytest.mark.parametrize("base", ["tied", "untied"])
+@pytest.mark.parametrize("base", ["tied", "untied", "vl"])
 def test_text_logits_are_the_bases_prefill_decode_batch(bases, merged, base, dtype):
-    """Batch 1 and batch 4 (left-padded), prefill then 6 decode steps through the cache."""
+    """Batch 1 and batch 4 (left-padded), prefill then 6 decode steps through the cache;
+    a vision-language base gives its text model's logits."""
     out = merged(base, "counter")
-    m, b = load(out, DTYPES[dtype]), load(bases[base], DTYPES[dtype], remote=False)
+    m, b = load(out, DTYPES[dtype]), load(bases[TEXT_MODEL[base]], DTYPES[dtype], remote=False)
     ids, mask = _batch(out)
     with torch.no_grad():
         for rows in (slice(0, 1), slice(0, 4)):
@@ -157,6 +163,34 @@ def test_text_generate_is_the_bases(bases, merged, dtype):
     assert len(gm.logits) == len(gb.logits) == 8
     for lm, lb in zip(gm.logits, gb.logits):
         _same_text_logits(lm, lb)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_vision_language_base_gives_its_own_text_logits(bases, merged, dtype):
+    """Qwen's Qwen3.5 releases are vision-language checkpoints: merged, text-only input
+    gives the logits of transformers' ``Qwen3_5ForConditionalGeneration`` on the base,
+    prefill and greedy generation; its vision tower rides along unread; the manifest says
+    what the base was."""
+    from transformers import Qwen3_5ForConditionalGeneration
+    out = merged("vl", "counter")
+    m = load(out, DTYPES[dtype])
+    vl = Qwen3_5ForConditionalGeneration.from_pretrained(str(bases["vl"]), dtype=DTYPES[dtype])
+    ids = _tokenizer(out)(PROMPTS[2], return_tensors="pt").input_ids
+    kw = dict(max_new_tokens=6, do_sample=False, return_dict_in_generate=True,
+              output_logits=True, pad_token_id=0)
+    with torch.no_grad():
+        _same_text_logits(m(input_ids=ids).logits, vl.eval()(input_ids=ids).logits)
+        gm, gb = m.generate(input_ids=ids, **kw), vl.generate(input_ids=ids, **kw)
+    assert torch.equal(gm.sequences, gb.sequences)
+    for lm, lb in zip(gm.logits, gb.logits):
+        _same_text_logits(lm, lb)
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert any(n.startswith("model.visual.") for n in index)
+    assert any(n.startswith("model.language_model.layers.") for n in index)
+    base = json.loads((out / "deltachip.json").read_text())["base"]
+    assert base["vision_language"] is True and base["hidden_size"] == 64
+    assert json.loads((out / "config.json").read_text())["base_config"]["model_type"] == \
+        "qwen3_5_text"
 
 
 def test_tokenizer_keeps_text_and_adds_chip_tokens(bases, chips, merged):

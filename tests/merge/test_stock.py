@@ -97,6 +97,22 @@ def test_loads_without_remote_code_and_keeps_base_tensors(bases, stock, qchips, 
             assert gt == wt and g.tobytes() == w.tobytes(), name
 
 
+def test_a_vision_language_base_is_merged_as_its_text_model(stock):
+    """The vision-language base holding 'tied''s text model merges to the very tensors the
+    text base does (its vision tower left out), and plain transformers loads it."""
+    out, rep = stock("vl", "counter")
+    text, _ = stock("tied", "counter")
+    got, want = _raw(out), _raw(text)
+    assert sorted(got) == sorted(want)
+    for name, (dtype, raw) in want.items():
+        assert got[name][0] == dtype and got[name][1].tobytes() == raw.tobytes(), name
+    _plain(out, torch.bfloat16)
+    st = json.loads((out / "deltachip.json").read_text())
+    assert st["stock"]["vision_dropped"] is True and st["base"]["vision_language"] is True
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "qwen3_5_text" and "vision_config" not in cfg
+
+
 def _kl(ref, got):
     """Mean KL(softmax(ref) || softmax(got)) over positions."""
     pr, pg = ref.log_softmax(-1), got.log_softmax(-1)
