@@ -13,8 +13,9 @@ rounding, so one base's 16 are a lottery: the seeds make it a count. ``--wide N`
 same figures on a random base with Qwen3.5-4B's own shapes (hidden 2,560, vocab 248,320)
 and N layers, so the layout widens it as it widens the real model (to 2,564).
 ``--trained STEPS`` adds the same figures on a tiny base per seed trained for STEPS steps
-on the project's docs (:func:`trained_base`): a language model's distributions, peaked
-where the text is predictable, which a random base's are not.
+on the project's docs (benchmarks/trained_base.py): a language model's distributions, peaked
+where the text is predictable, which a random base's are not. ``--base DIR`` measures a base
+you have (a larger trained one from benchmarks/trained_base.py, or a real checkpoint).
 
 Size and resources (``--layers N``, 0 to skip): a random base with Qwen3.5-4B's shapes and N
 layers (benchmarks/merge_figures.py), the counter compiled for it, ``deltachip merge
@@ -23,6 +24,7 @@ layers (benchmarks/merge_figures.py), the counter compiled for it, ``deltachip m
     python benchmarks/merge_stock_fidelity.py --layers 4 --dir /tmp/stock-figures
     python benchmarks/merge_stock_fidelity.py --layers 0 --seeds 1 --wide 4
     python benchmarks/merge_stock_fidelity.py --layers 0 --no-fidelity --trained 800
+    python benchmarks/merge_stock_fidelity.py --layers 0 --no-fidelity --base /tmp/tb
 """
 from __future__ import annotations
 
@@ -129,60 +131,23 @@ def _fidelity(d: Path, sharp: float, seed: int) -> list[dict]:
     return rows
 
 
-def corpus() -> list[str]:
-    """The project's own prose and code (README.md, docs/*.md, examples/*/README.md): the
-    text a trained base learns (none of it is in :data:`PROMPTS`)."""
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-             *sorted((ROOT / "examples").glob("*/README.md"))]
-    return [f.read_text() for f in files]
-
-
-def trained_base(path: Path, seed: int, steps: int, ids: int = 1024) -> Path:
-    """A tiny base whose weights are trained, not random: tests/merge/bases.py's layers at
-    hidden 128, MLP 256 and small GDN heads (4 key heads and 8 value heads of 32), tied; a
-    byte-level BPE of ``ids`` ids learnt from :func:`corpus`; then ``steps`` steps of
-    AdamW (fp32, 16 windows of 128 tokens a step) on next-token prediction over it, saved
-    in bf16. Its next-token distributions are a language model's (peaked where the text is
-    predictable, flat where it is not), which a random base's are not; the loss goes on
-    stderr."""
-    from transformers import AutoTokenizer, GenerationConfig, Qwen3_5ForCausalLM
-    from tests.merge.bases import make_tokenizer, tiny_config
-    texts = corpus()
-    make_tokenizer(path, texts, ids)
-    tok = AutoTokenizer.from_pretrained(str(path))
-    data = torch.tensor([t for x in texts for t in tok(x).input_ids])
-    torch.manual_seed(seed)
-    cfg = tiny_config(True, intermediate=256, vocab=ids + 64)
-    cfg.hidden_size = 128       # and small GDN heads: trained on 2 cores in minutes
-    cfg.linear_num_key_heads, cfg.linear_key_head_dim = 4, 32
-    cfg.linear_num_value_heads, cfg.linear_value_head_dim = 8, 32
-    model = Qwen3_5ForCausalLM(cfg).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, 3e-3, total_steps=steps, pct_start=0.1)
-    g = torch.Generator().manual_seed(seed)
-    for step in range(steps):
-        at = torch.randint(0, len(data) - 128, (16,), generator=g)
-        x = torch.stack([data[i:i + 128] for i in at.tolist()])
-        loss = model(x, labels=x).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 50 == 0 or step == steps - 1:
-            print(f"trained base seed {seed}: step {step + 1}/{steps}, loss {loss.item():.3f}",
-                  file=sys.stderr, flush=True)
-    model = model.eval().to(torch.bfloat16)
-    model.generation_config = GenerationConfig(eos_token_id=2, pad_token_id=0)
-    model.save_pretrained(str(path))
-    return path
-
-
 def trained(d: Path, seeds: list[int], steps: int) -> list[dict]:
-    """:func:`base_rows` on a :func:`trained_base` per seed, summed by :func:`totals`."""
-    return totals([r for seed in seeds for r in base_rows(
-        f"tiny, trained {steps} steps", trained_base(d / f"trained{seed}", seed, steps),
-        d / f"trained{seed}-out")])
+    """:func:`base_rows` on a tiny base per seed trained for ``steps`` steps on the project's
+    docs (benchmarks/trained_base.py: a BPE of 1,024 ids; tests/merge/bases.py's layers at
+    hidden 128, MLP 256, 4 GDN key heads and 8 value heads of 32, tied; 16 windows of 128
+    tokens a step, learning rate 3e-3), summed by :func:`totals`."""
+    from benchmarks.trained_base import prepare, train
+    from tests.merge.bases import tiny_config
+    rows = []
+    for seed in seeds:
+        path = prepare(d / f"trained{seed}", "docs", 1024)
+        cfg = tiny_config(True, intermediate=256, vocab=1024 + 64)
+        cfg.hidden_size = 128       # and small GDN heads: trained on 2 cores in minutes
+        cfg.linear_num_key_heads, cfg.linear_key_head_dim = 4, 32
+        cfg.linear_num_value_heads, cfg.linear_value_head_dim = 8, 32
+        rows += base_rows(f"tiny, trained {steps} steps", train(path, cfg, seed, steps),
+                          d / f"trained{seed}-out")
+    return totals(rows)
 
 
 def base_rows(name: str, base: Path, d: Path) -> list[dict]:
@@ -283,6 +248,8 @@ def main() -> None:
     ap.add_argument("--trained", type=int, default=0, metavar="STEPS",
                     help="also the fidelity on a tiny base per seed trained for STEPS steps "
                          "on the project's docs (a language model's peaked distributions)")
+    ap.add_argument("--base", type=Path, nargs="+", default=[], metavar="DIR",
+                    help="also the fidelity on these Qwen3.5 text checkpoints")
     ap.add_argument("--wide", type=int, default=0, metavar="N",
                     help="also the fidelity on a random base with Qwen3.5-4B's shapes and N "
                          "layers (its width; needs about 15 GB of memory at N = 4)")
@@ -293,6 +260,8 @@ def main() -> None:
     rows = [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp, a.seeds)
     rows += trained(d / "trained", a.seeds, a.trained) if a.trained else []
     rows += wide(d / "wide", a.wide) if a.wide else []
+    for i, base in enumerate(a.base):
+        rows += [{**r, "bases": 1} for r in base_rows(base.name, base, d / f"base{i}")]
     for row in rows:
         print(f"{row['base']:<26} {row['what']:<40} max|dlogit| {row['max_dlogit']:.3g}  "
               f"mean KL {row['mean_kl']:.3g}  greedy equal {row['greedy_equal']}/"
