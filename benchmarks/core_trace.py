@@ -33,7 +33,6 @@ from cpu.emulator import Machine  # noqa: E402
 from cpu.rv32.build import FULL, SMALL, TINY, CoreSizes, with_text_ids  # noqa: E402
 from cpu.rv32.engines import SimCore  # noqa: E402
 from cpu.rv32.loader import image_of, with_text  # noqa: E402
-from cpu.rv32.protocol import executes  # noqa: E402
 from hdl.sim.tokens import format_token  # noqa: E402
 
 SIZES = {"full": FULL, "small": SMALL, "tiny": TINY}

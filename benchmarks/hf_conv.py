@@ -56,8 +56,8 @@ def main() -> int:
                    if k in os.environ) or "(no env)"
     print(f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
           f"bf16 conv slow: {hk.bf16_conv_slow()}, 1 thread, {env}")
-    print(f"| call | channels | original ms | fp32 replacement ms | speed-up | same bits |")
-    print(f"|---|---|---|---|---|---|")
+    print("| call | channels | original ms | fp32 replacement ms | speed-up | same bits |")
+    print("|---|---|---|---|---|---|")
     g = torch.Generator().manual_seed(0)
     for c in a.channels:
         w = torch.randn(c, 4, generator=g).bfloat16()

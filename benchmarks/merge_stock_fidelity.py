@@ -75,8 +75,9 @@ def _kl(ref: torch.Tensor, got: torch.Tensor) -> float:
 
 
 def compare(ref, got, tok, vocab: int, new: int = 16) -> dict:
-    """max |Δlogit|, mean KL over prompt positions, greedy continuations equal."""
-    worst, kls, same = 0.0, [], 0
+    """max |Δlogit|, mean KL over prompt positions, greedy continuations equal, and how many
+    of ``ref``'s continuations are distinct (a weak model falls into a few of its modes)."""
+    worst, kls, same, seen = 0.0, [], 0, set()
     with torch.no_grad():
         for p in PROMPTS:
             ids = tok(p, return_tensors="pt").input_ids
@@ -86,8 +87,9 @@ def compare(ref, got, tok, vocab: int, new: int = 16) -> dict:
             gr = ref.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0)
             gg = got.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0)
             same += int(torch.equal(gr, gg))
+            seen.add(tuple(gr[0, ids.shape[1]:].tolist()))
     return {"max_dlogit": worst, "mean_kl": sum(kls) / len(kls), "greedy_equal": same,
-            "prompts": len(PROMPTS)}
+            "prompts": len(PROMPTS), "distinct": len(seen)}
 
 
 def _text(logits: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -102,15 +104,17 @@ def fidelity(d: Path, sharp: float, seeds: list[int]) -> list[dict]:
 
 def totals(rows: list[dict]) -> list[dict]:
     """One row per (base kind, what): the worst max |Δlogit|, the mean of the mean KLs, the
-    greedy continuations equal and prompts summed."""
+    greedy continuations equal, the distinct ones and prompts summed."""
     out: dict[tuple[str, str], dict] = {}
     for r in rows:
         t = out.setdefault((r["base"], r["what"]), {**r, "mean_kl": 0.0, "greedy_equal": 0,
-                                                     "prompts": 0, "bases": 0})
+                                                     "prompts": 0, "bases": 0,
+                                                     "distinct": 0})
         t["max_dlogit"] = max(t["max_dlogit"], r["max_dlogit"])
         t["mean_kl"] += r["mean_kl"]
         t["greedy_equal"] += r["greedy_equal"]
         t["prompts"] += r["prompts"]
+        t["distinct"] += r["distinct"]
         t["bases"] += 1
     for t in out.values():
         t["mean_kl"] /= t["bases"]
@@ -260,12 +264,16 @@ def main() -> None:
     rows = [] if a.no_fidelity else fidelity(d / "fidelity", a.sharp, a.seeds)
     rows += trained(d / "trained", a.seeds, a.trained) if a.trained else []
     rows += wide(d / "wide", a.wide) if a.wide else []
-    for i, base in enumerate(a.base):
-        rows += [{**r, "bases": 1} for r in base_rows(base.name, base, d / f"base{i}")]
+    given = [{**r, "bases": 1} for i, base in enumerate(a.base)
+             for r in base_rows(base.name, base, d / f"base{i}")]
+    rows += given
+    if len(a.base) > 1:           # and summed over them
+        rows += totals([{**r, "base": f"the {len(a.base)} given"} for r in given])
     for row in rows:
         print(f"{row['base']:<26} {row['what']:<40} max|dlogit| {row['max_dlogit']:.3g}  "
               f"mean KL {row['mean_kl']:.3g}  greedy equal {row['greedy_equal']}/"
-              f"{row['prompts']} ({row['bases']} bases)")
+              f"{row['prompts']} ({row['distinct']} of the reference's distinct; "
+              f"{row['bases']} bases)")
     if a.layers:
         print(json.dumps(resources(d, a.layers), indent=2))
 
