@@ -43,9 +43,9 @@ base's.
 
 Files: the weights in shards (the chip's layers first, then one shard per base shard; an
 ``mtp.*`` head is not carried: its width is the base's; nor is a vision-language base's
-vision tower) with an index, ``config.json`` (the
-base's with the new width, layers, ``layer_types`` and vocabulary, untied), the tokenizer
-with the chip's tokens (:mod:`backends.merge.routed`), ``deltachip.json`` (layout ``stock``,
+vision tower) with an index, ``config.json`` (the base's with the new width, layers,
+``layer_types`` and vocabulary, untied), the tokenizer with the chip's tokens
+(:mod:`backends.merge.routed`), ``deltachip.json`` (layout ``stock``,
 the dims above), ``deltachip/chip.json``, ``deltachip/roms/*.hex`` and
 ``deltachip/rom_states.safetensors`` (each memory image as the initial GDN state of its chip
 layer, fp32 bits as int32; :func:`chip_cache` loads it); with ``firmware`` (the core and a

@@ -1,14 +1,15 @@
 """``deltachip merge``: a compiled chip merged into a stock Qwen3.5 text checkpoint.
 
 Takes: BASE_DIR (a local Qwen3.5 checkpoint, text or vision-language (taken as its text
-model): config.json, safetensors single or sharded with an index, tokenizer), OUT_DIR, ``--chip DIR`` (written by ``deltachip compile``) or
-``--firmware calc|PROG.elf`` (the RISC-V core for the base's shapes from the core cache,
-``--target`` to choose another, with the program's memory images), ``--dtype``
-(default: the chip's; it must be the chip's), ``--tables`` (how the chip's token tables are
-stored; routed) and ``--layout`` (``routed`` or ``stock``). Gives: OUT_DIR as
-:mod:`backends.merge.routed` or :mod:`backends.merge.stock` describes it, written
-atomically, and a summary on stdout. Exit 0; a bad base, chip or output path, a full disk:
-a UserError (status 2), nothing written and BASE_DIR untouched. docs/merge.md.
+model): config.json, safetensors single or sharded with an index, tokenizer), OUT_DIR,
+``--chip DIR`` (written by ``deltachip compile``) or ``--firmware calc|PROG.elf`` (the
+RISC-V core for the base's shapes from the core cache, ``--target`` to choose another, with
+the program's memory images), ``--dtype`` (default: the chip's; it must be the chip's),
+``--tables`` (how the chip's token tables are stored; routed) and ``--layout`` (``routed``
+or ``stock``). Gives: OUT_DIR as :mod:`backends.merge.routed` or :mod:`backends.merge.stock`
+describes it, written atomically, and a summary on stdout. Exit 0; a bad base, chip or
+output path, a full disk: a UserError (status 2), nothing written and BASE_DIR untouched.
+docs/merge.md.
 """
 from __future__ import annotations
 
