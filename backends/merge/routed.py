@@ -207,6 +207,14 @@ def _patch_tokenizer(tok: dict[str, Any], names: list[str], offset: int, where: 
     if top >= offset:
         raise MergeError(f"{where}: has token id {top}, not below the model's vocab_size "
                          f"{offset}, where the chip's ids begin")
+    # an added token the vocabulary lacks is numbered by the tokenizers library after the
+    # vocabulary's last entry when it loads (its id in the file is not read back): Qwen's
+    # special tokens (248,044..248,076, past the 248,044 BPE entries) would move behind the
+    # chip's ids. In the vocabulary at their own ids, they keep them.
+    for a in added:
+        if isinstance(a, dict) and isinstance(a.get("content"), str) \
+                and isinstance(a.get("id"), int):
+            vocab.setdefault(a["content"], a["id"])
     vocab.update((n, offset + i) for i, n in enumerate(names))
     return tok
 

@@ -102,3 +102,13 @@ def load(path: Path, dtype: torch.dtype, remote: bool = True):
 def _offline():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def qwen_bases(tmp_path_factory) -> dict[str, Path]:
+    """Tiny bases carrying Qwen3.5's real tokenizer and chat template (tests/merge/qwen35.py):
+    'tied' and 'untied'."""
+    from tests.merge.qwen35 import make_qwen_base
+    d = tmp_path_factory.mktemp("qwen-bases")
+    return {"tied": make_qwen_base(d / "tied", tied=True, seed=5),
+            "untied": make_qwen_base(d / "untied", tied=False, seed=6)}
