@@ -16,7 +16,10 @@
  *
  * A bad line prints one line "error: ..." and the program exits with the first error's
  * code: 1 syntax, 2 arithmetic (division by zero, non-integer exponent / gcd argument),
- * 3 limits (over 1024 digits, nesting too deep). Exit 0 when every line succeeded. */
+ * 3 limits (over 1024 digits, nesting too deep). Exit 0 when every line succeeded.
+ *
+ * With an empty input buffer, calc serves tool calls from the UART's input instead, in
+ * JSON or Qwen3.5's XML form (see "tool calls" below; exit 4 for a malformed call). */
 #include "bigint.h"
 #include "deltachip.h"
 
@@ -399,13 +402,31 @@ static int is_blank(const char *s, const char *end) {
  * merged model feeds a tool call's text there: docs/firmware.md). A call is its text
  * tokens, read with UART_TNEXT and UART_TXT up to a length of 0 (each token's bytes come
  * from the core's own tables: docs/cpu.md, "Text input"); when there are none, the bytes
- * on UART_RX up to a 0 byte (a bridge that feeds bytes). A text that starts with '{' is a tool call, {"name": "calc", "arguments":
- * {"expression": "..."}} (other keys ignored, in any order); its expression is evaluated
- * as a line would be. Anything else is evaluated as it is. A call that is not such JSON,
- * names another tool or is longer than the buffer prints "error: ...". After each answer
- * calc reads the next call, so between calls it is parked on a read of the UART; an empty
- * call after the first ends the run, with the exit code of the first failing call
- * (CALC_CALL for a malformed one). */
+ * on UART_RX up to a 0 byte (a bridge that feeds bytes). Both give the same text, read in
+ * one of three forms by its first non-blank character:
+ *
+ *   '{'  the JSON ("hermes") form: {"name": "calc", "arguments": {"expression": "..."}}
+ *        (other keys ignored, in any order);
+ *   '<'  Qwen3.5's XML form, the text between <tool_call> and </tool_call> as its chat
+ *        template renders it, read like serving stacks' qwen3_coder parser:
+ *          <function=calc>
+ *          <parameter=expression>
+ *          2**100
+ *          </parameter>
+ *          </function>
+ *        Whitespace (newlines too) may surround the tags; a parameter's value is the raw
+ *        text up to the next </parameter> (not escaped: it may hold '<', '&', quotes,
+ *        newlines), less one leading and one trailing newline; parameters in any order;
+ *        nothing but whitespace after </function>;
+ *   else a plain expression ("7*6"), evaluated as it is.
+ *
+ * The expression is evaluated as the input buffer's text would be (each line in turn). A
+ * call that is malformed (not JSON, no <function=...>, an unterminated <parameter=...>,
+ * no </function>, text after the call), names another tool, gives an unknown parameter,
+ * lacks the expression or is longer than the buffer prints one "error: ..." line. After
+ * each answer calc reads the next call, so between calls it is parked on a read of the
+ * UART; an empty call after the first ends the run, with the exit code of the first
+ * failing call (CALC_CALL for a malformed one). */
 static char call_text[1024];
 static char expression[1024];
 static const char *jp;          /* the JSON scanner's position */
@@ -415,6 +436,11 @@ static calc_jmp_buf call_abort;  /* back to the serving loop, past a malformed c
 __attribute__((noreturn)) static void call_error(const char *what) {
     print("error: ");
     puts(what);
+    calc_longjmp(call_abort, CALC_CALL);
+}
+
+/* After an error line printed by the caller. */
+__attribute__((noreturn)) static void call_refused(void) {
     calc_longjmp(call_abort, CALC_CALL);
 }
 
@@ -524,6 +550,93 @@ static void json_value(int depth) {
     if (jp == start) call_error("the call is not JSON: a value was expected");
 }
 
+/* ---- the XML form (Qwen3.5) ----------------------------------------------------- */
+
+/* 1 if s starts with pat (stops at the first difference, so never reads past s's end). */
+static int starts_with(const char *s, const char *pat) {
+    while (*pat)
+        if (*s++ != *pat++) return 0;
+    return 1;
+}
+
+__attribute__((noreturn)) static void xml_error(const char *what) {
+    print("error: the call is malformed: ");
+    puts(what);
+    call_refused();
+}
+
+/* The NAME of <function=NAME> or <parameter=NAME> at jp, up to its '>' (which jp passes),
+ * without the spaces around it: its start, and its length in *len. */
+static const char *xml_name(int *len, const char *unclosed) {
+    const char *start = jp;
+    while (*jp != '>') {
+        if (*jp == 0 || *jp == '\n' || *jp == '<') xml_error(unclosed);
+        jp++;
+    }
+    const char *end = jp++;
+    while (start < end && (*start == ' ' || *start == '\t')) start++;
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t')) end--;
+    *len = (int)(end - start);
+    return start;
+}
+
+static int is_word(const char *s, int len, const char *word) {
+    return len == (int)strlen(word) && !memcmp(s, word, len);
+}
+
+/* A call in the XML form at jp: its expression (copied to `expression`). The whole call
+ * is read first (a malformed one is refused as such), then its function and parameters. */
+static const char *xml_call(void) {
+    int name_len, key_len, value_len = 0, unknown_len = 0, twice = 0;
+    const char *name, *key, *value = 0, *unknown = 0;
+    if (!starts_with(jp, "<function=")) xml_error("<function=NAME> was expected");
+    jp += 10;
+    name = xml_name(&name_len, "<function= is not closed with '>'");
+    for (;;) {
+        json_ws();
+        if (starts_with(jp, "</function>")) break;
+        if (!*jp) xml_error("</function> is missing");
+        if (!starts_with(jp, "<parameter=")) xml_error("<parameter=NAME> or </function> was expected");
+        jp += 11;
+        key = xml_name(&key_len, "<parameter= is not closed with '>'");
+        const char *start = jp, *end = jp;
+        while (*end && !starts_with(end, "</parameter>")) end++;
+        if (!*end) {
+            printf("error: the call is malformed: <parameter=%.*s> has no </parameter>\n",
+                   key_len, key);
+            call_refused();
+        }
+        jp = end + 12;
+        if (start < end && *start == '\n') start++;       /* one newline each side */
+        if (end > start && end[-1] == '\n') end--;
+        if (is_word(key, key_len, "expression")) {
+            twice |= value != 0;
+            value = start;
+            value_len = (int)(end - start);
+        } else if (!unknown) {
+            unknown = key;
+            unknown_len = key_len;
+        }
+    }
+    jp += 11;
+    json_ws();
+    if (*jp) xml_error("text after </function>");
+    if (!is_word(name, name_len, "calc")) {
+        printf("error: unknown tool \"%.*s\" (this computer has calc)\n", name_len, name);
+        call_refused();
+    }
+    if (unknown) {
+        printf("error: unknown parameter \"%.*s\" for calc (it takes \"expression\")\n",
+               unknown_len, unknown);
+        call_refused();
+    }
+    if (twice) call_error("the call gives <parameter=expression> twice");
+    if (!value) call_error("the call has no <parameter=expression>");
+    memcpy(expression, value, value_len);          /* inside call_text: fits */
+    expression[value_len] = 0;
+    return expression;
+}
+
 /* The text to evaluate of the next call on the UART's input (see above): "" for an empty
  * call. A call too long for the buffer is read to its end, then refused. */
 static const char *uart_text(void) {
@@ -551,6 +664,7 @@ static const char *uart_text(void) {
     call_text[n] = 0;
     jp = call_text;
     json_ws();
+    if (*jp == '<') return xml_call();
     if (*jp != '{') return call_text;
     char name[32];
     name[0] = 0;
@@ -603,7 +717,7 @@ int main(void) {
             continue;
         }
         s = uart_text();
-        if (!*s && served) return status;
+        if (!call_text[0] && served) return status;   /* an empty call, not an empty expression */
         code = evaluate_text(s);
         if (code && !status) status = code;
         served++;
