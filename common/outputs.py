@@ -24,6 +24,7 @@ Takes: the path the user asked for. Gives:
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -101,10 +102,27 @@ def check_output_path(path: str | Path, label: str = "",
     return path
 
 
+#: the most bytes of an output's name kept in its temporaries' names (a longer name is cut
+#: and a digest of it added, so a temporary's name stays within the 255 bytes a file system
+#: allows whatever the output's legal name)
+SHORT_NAME = 64
+
+
+def short_name(name: str) -> str:
+    """``name`` as it appears in a temporary's name: itself when it has at most
+    :data:`SHORT_NAME` bytes, else its first 48 bytes, ``~`` and 12 hex digits of its
+    sha256 (the same name gives the same short name, so :func:`sweep_stale` finds it)."""
+    raw = os.fsencode(name)
+    if len(raw) <= SHORT_NAME:
+        return name
+    return f"{os.fsdecode(raw[:48])}~{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
 def temp_name_prefix(path: str | Path) -> str:
     """The name prefix of this process's temporaries beside ``path``:
-    ``.NAME.deltachip-PID-`` (what :func:`sweep_stale` recognises)."""
-    return f".{Path(path).name}.{TEMP_TAG}-{os.getpid()}-"
+    ``.NAME.deltachip-PID-`` (what :func:`sweep_stale` recognises; NAME is
+    :func:`short_name` of the output's)."""
+    return f".{short_name(Path(path).name)}.{TEMP_TAG}-{os.getpid()}-"
 
 
 def _alive(pid: int) -> bool:
@@ -125,7 +143,8 @@ def sweep_stale(path: str | Path) -> list[Path]:
     ignored (the sweep is a courtesy, the write that follows reports real problems)."""
     path = Path(path)
     parent = path.absolute().parent
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.{TEMP_TAG}-(\d+)-.*", re.DOTALL)
+    pattern = re.compile(rf"\.{re.escape(short_name(path.name))}\.{TEMP_TAG}-(\d+)-.*",
+                         re.DOTALL)
     removed: list[Path] = []
     try:
         entries = list(parent.iterdir())
@@ -187,6 +206,20 @@ def replace_on_success(path: str | Path, label: str = "",
         tmp.unlink(missing_ok=True)
 
 
+def dir_name_problem(path: str | Path) -> str | None:
+    """Why directory output ``path`` cannot be built when it names the current directory
+    or a parent (``.``, ``..``, ``a/..``): the output is built beside it and renamed onto
+    it, which such a name cannot take; None otherwise."""
+    p = Path(path)
+    if p.name not in ("", ".", ".."):
+        return None
+    real = p.absolute().resolve()
+    by_name = (f"give it by its name ({os.path.join(os.path.relpath(real.parent), real.name)})"
+               f" or " if real.name else "")
+    return (f"names the current directory or a parent, which cannot be replaced in place; "
+            f"{by_name}choose another path")
+
+
 def prepare_dir_output(path: str | Path, error: Callable[[Path, str], UserError], kind: str,
                        ours: Callable[[Path, list[str]], bool], mine: Callable[[str], bool],
                        not_dir: str = "") -> Path:
@@ -197,6 +230,9 @@ def prepare_dir_output(path: str | Path, error: Callable[[Path, str], UserError]
     what is written), a folder holding another file: the first name ``mine`` does not
     claim); the error words where the path came from (``-o PATH: why``)."""
     p = Path(path)
+    why = dir_name_problem(p)
+    if why is not None:
+        raise error(p, why)
     if p.is_symlink():
         raise error(p, "is a symbolic link; give the directory itself")
     if p.exists():
@@ -241,6 +277,38 @@ def disk_shortfall(out: str | Path, need: int) -> str | None:
     return f"needs {(need + DISK_MARGIN) / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free"
 
 
+def _snapshot(d: Path) -> dict[str, tuple[int, ...]]:
+    """Every entry under directory ``d`` (not following links), by its path relative to
+    ``d``: (mode, size, mtime_ns, inode) of a file or link, the mode alone of a folder (its
+    entries are listed themselves); empty when ``d`` is missing."""
+    out: dict[str, tuple[int, ...]] = {}
+    if not d.is_dir() or d.is_symlink():
+        return out
+    for root, dirs, files in os.walk(d):
+        for name in dirs + files:
+            path = Path(root) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            key = str(path.relative_to(d))
+            out[key] = ((st.st_mode,) if stat.S_ISDIR(st.st_mode) else
+                        (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino))
+    return out
+
+
+def _changed(before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]]
+             ) -> str | None:
+    """The first path that appeared, changed or went between two snapshots, in words."""
+    for key in sorted(now):
+        if key not in before:
+            return f"'{key}' appeared in it"
+        if now[key] != before[key]:
+            return f"'{key}' changed in it"
+    gone = sorted(set(before) - set(now))
+    return f"'{gone[0]}' went from it" if gone else None
+
+
 @contextmanager
 def building_dir(out: Path, error: Callable[[Path, str], UserError], failed: str
                  ) -> Iterator[Path]:
@@ -249,8 +317,15 @@ def building_dir(out: Path, error: Callable[[Path, str], UserError], failed: str
     modes mkdir and open would have made (not mkdtemp's 0700 and safetensors' 0600) and it is
     renamed onto ``out``, a previous ``out`` moved aside first (put back if the rename fails,
     removed after). Otherwise it is removed and ``out`` is as it was; a failed write (a full
-    disk, ...) becomes ``error(out, f"{failed}: {reason} (nothing was changed)")``."""
+    disk, ...) becomes ``error(out, f"{failed}: {reason} (nothing was changed)")``.
+
+    What ``out`` held when the block began is all that may be replaced: a file written,
+    changed or removed there while the block ran (a user's file in OUT_DIR during a long
+    merge) is found at the swap, checked again once ``out`` is moved aside, and the command
+    fails with ``error(out, ...)`` naming it, ``out`` left as it then is and the new output
+    removed: nothing the command did not write is ever deleted."""
     parent = out.absolute().parent
+    before = _snapshot(out)
     tmp = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out), dir=parent))
     old = None
     try:
@@ -261,12 +336,18 @@ def building_dir(out: Path, error: Callable[[Path, str], UserError], failed: str
             os.chmod(root, 0o777 & ~umask)
             for f in files:
                 os.chmod(Path(root) / f, 0o666 & ~umask)
-        if out.exists():        # empty, or a previous output (prepare_dir_output said so)
+        _unchanged(out, before, error)
+        if out.exists() or out.is_symlink():   # empty, or a previous output (as it began)
             old = Path(tempfile.mkdtemp(prefix=temp_name_prefix(out) + "old-", dir=parent))
             os.rename(out, old / out.name)
+            try:
+                _unchanged(old / out.name, before, error, shown=out)
+            except UserError:
+                os.rename(old / out.name, out)      # put it back, as it is now
+                raise
         os.rename(tmp, out)
     except BaseException as e:
-        if old is not None and not out.exists():
+        if old is not None and not out.exists() and (old / out.name).exists():
             os.rename(old / out.name, out)      # put the previous output back
         shutil.rmtree(tmp, ignore_errors=True)
         reason = write_reason(e)
@@ -276,3 +357,14 @@ def building_dir(out: Path, error: Callable[[Path, str], UserError], failed: str
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _unchanged(d: Path, before: dict[str, tuple[int, ...]],
+               error: Callable[[Path, str], UserError], shown: Path | None = None) -> None:
+    """``error`` unless directory ``d`` holds what ``before`` recorded (the output's
+    previous contents, which alone may be replaced)."""
+    what = _changed(before, _snapshot(d))
+    if what is not None:
+        raise error(shown or d, f"{what} while the new output was being built; nothing was "
+                                f"replaced or deleted (the new output was discarded): move "
+                                f"what is yours elsewhere and run the command again")

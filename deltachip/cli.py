@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import signal
 import sys
@@ -74,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    problem = _bad_argument(sys.argv[1:] if argv is None else argv)
+    if problem is None and sys.stdout is None:      # started with standard output closed
+        problem = ("standard output is closed (started with >&-); give the command an "
+                   "output, such as >/dev/null")
+    if problem is not None:
+        if sys.stderr is not None:
+            print(f"deltachip: error: {problem}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -93,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     except BrokenPipeError:
         return 0
+    except RuntimeError as e:
+        m = re.fullmatch(r"Symlink loop from (.*)", str(e))     # Path.resolve's, uncaught
+        if m is None:
+            raise
+        print(f"deltachip: error: {m.group(1).strip(chr(39))}: Too many levels of symbolic "
+              "links (a symbolic link loop)", file=sys.stderr)
+        return 2
     except OSError as e:
         where = f"{e.filename}: " if e.filename is not None else ""
         print(f"deltachip: error: {where}{os_reason(e)}", file=sys.stderr)
@@ -100,6 +116,32 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _bad_argument(argv: list[str]) -> str | None:
+    """Why a command-line argument cannot be taken: one that is not valid UTF-8 (Python
+    holds its bytes as surrogate escapes, which no name, text or number of deltachip's can
+    be, and which standard output cannot print); None when all are fine."""
+    for i, arg in enumerate(argv):
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            attached = arg.startswith("--") and "=" in arg
+            shown = os.fsencode(arg.split("=", 1)[1] if attached else arg).decode(
+                "utf-8", "backslashreplace")
+            prev = argv[i - 1] if i else ""
+            what = (f"the value of {arg.split('=')[0]}" if attached
+                    else f"the value of {prev}" if prev.startswith("-") and "=" not in prev
+                    and not _is_number(prev) else f"argument {i + 1}")
+            return (f"{what} ('{shown}') is not valid UTF-8; deltachip takes names and text "
+                    "in UTF-8 (rename the file, or fix the text's encoding)")
+    return None
+
+
+def _is_number(arg: str) -> bool:
+    try:
+        float(arg)
+        return True
+    except ValueError:
+        return False
 
 
 def _catch_sigterm():

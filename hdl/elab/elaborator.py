@@ -23,7 +23,7 @@ from hdl import ast
 from hdl.diagnostics import suggest
 from hdl.elab.base import MAX_DEPTH, MAX_MEM_DEPTH
 from hdl.elab.exprs import ExprMixin
-from hdl.elab.files import FileCtx
+from hdl.elab.files import FileCtx, resolved
 from hdl.elab.stmts import StmtMixin
 from hdl.elab.values import (POISON, CircuitSym, ConstSym, EnumSym, KindSym, MemSym, ModuleSym,
                              NextSym, Scope, Sig, SigSym, State, TokSym, Type, Val, WireSym)
@@ -362,7 +362,7 @@ class Elaborator(ExprMixin, StmtMixin):
                 return
             assert self.file is not None
             path = (self.file.dir / s.image)
-            image = str(path.resolve())
+            image = str(resolved(path))
             loaded = rom_image(path, t.width, depth)
             if isinstance(loaded, str):
                 self.err(s.image_loc or s.loc, loaded)

@@ -7,6 +7,7 @@ errors, imports not found and import cycles.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -87,7 +88,7 @@ class Loader:
                   imported_at: Loc | None = None) -> FileCtx | None:
         """Parse ``path`` (once) and its imports; ``imported_at`` locates a read error of an
         imported file at its ``import`` statement."""
-        key = path.resolve()
+        key = resolved(path)
         if key in self.files:
             return self.files[key]
         try:   # UTF-8; a leading BOM is dropped
@@ -134,7 +135,7 @@ class Loader:
                          else "in the importing file's folder or in stdlib/")
                 self.diags.error(item.loc, f"cannot find '{shown}' to import (looked {where})")
                 continue
-            key = path.resolve()
+            key = resolved(path)
             if key in self._stack:
                 chain = self._stack[self._stack.index(key):] + [key]
                 text = " -> ".join(p.name for p in chain)
@@ -146,10 +147,20 @@ class Loader:
                 ctx.imports.append((sub, item.loc))
 
 
+def resolved(path: Path) -> Path:
+    """``path`` made absolute, its links followed as far as they go: a symbolic link loop
+    (which ``Path.resolve`` raises RuntimeError for) or an unreadable folder stays as it
+    is, for the read that follows to report ("Too many levels of symbolic links")."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
 def _display(path: Path) -> str:
     """How an imported file is named in locations: relative to the working folder when it
     lies under it, else ``stdlib/NAME`` for the standard library, else the absolute path."""
-    rp = path.resolve()
+    rp = resolved(path)
     try:
         return str(rp.relative_to(Path.cwd().resolve()))
     except ValueError:
