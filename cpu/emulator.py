@@ -170,6 +170,26 @@ def _rem(a: int, b: int) -> int:
     return (-r if sa < 0 else r) & M
 
 
+def check_input(image: ElfImage, text: bytes) -> int:
+    """The address ``text`` (NUL-terminated) is written at as the program's input;
+    :class:`InputError` when the program has no input buffer or ``text`` does not fit it."""
+    buf = image.symbols.get(memmap.INPUT_BUFFER_SYMBOL)
+    if buf is None:
+        raise InputError(f"{image.path}: --input given but the program has no input buffer "
+                         f"(no symbol {memmap.INPUT_BUFFER_SYMBOL} in the ELF)")
+    size = input_capacity(image)
+    if b"\0" in text:
+        raise InputError("--input text must not contain NUL bytes")
+    if size is not None and len(text) + 1 > size:
+        raise InputError(f"--input text is {len(text)} bytes; the program's input buffer "
+                         f"holds {size} bytes including the terminating NUL")
+    end = buf.value + len(text) + 1
+    if not (_RAM_BASE <= buf.value and end <= _RAM_END):
+        raise InputError(f"{image.path}: input buffer at 0x{buf.value:08x} "
+                         f"({len(text) + 1} bytes needed) is not inside RAM")
+    return buf.value
+
+
 def input_capacity(image: ElfImage) -> int | None:
     """The capacity in bytes of the program's input buffer: ``__input_size``, an absolute
     symbol whose value is the size or a 4-byte variable holding it (its value as loaded);
@@ -267,21 +287,8 @@ class Machine:
         return b
 
     def _place_input(self, image: ElfImage, text: bytes) -> None:
-        buf = image.symbols.get(memmap.INPUT_BUFFER_SYMBOL)
-        if buf is None:
-            raise InputError(f"{image.path}: --input given but the program has no input buffer "
-                             f"(no symbol {memmap.INPUT_BUFFER_SYMBOL} in the ELF)")
-        size = input_capacity(image)
-        if b"\0" in text:
-            raise InputError("--input text must not contain NUL bytes")
-        if size is not None and len(text) + 1 > size:
-            raise InputError(f"--input text is {len(text)} bytes; the program's input buffer "
-                             f"holds {size} bytes including the terminating NUL")
-        end = buf.value + len(text) + 1
-        if not (_RAM_BASE <= buf.value and end <= _RAM_END):
-            raise InputError(f"{image.path}: input buffer at 0x{buf.value:08x} "
-                             f"({len(text) + 1} bytes needed) is not inside RAM")
-        self.write(buf.value, text + b"\0")
+        buf = check_input(image, text)
+        self.write(buf, text + b"\0")
 
     def load_words(self, words: list[int], addr: int = memmap.CODE_BASE) -> None:
         """Write instruction words (little-endian) at ``addr``: for hand-assembled tests."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -504,23 +505,11 @@ class CoreBatch:
     :class:`RunResult` per stream, in order; ``counters()`` what the progress line shows."""
 
     def __init__(self, images: list[CoreImage], engine: str = "fast", target: str = "compact",
-                 dtype: str = "bf16", threads: int | None = None, model: Path | None = None):
-        from backends.target import get_target
+                 dtype: str = "bf16", threads: int | None = None, model: Path | None = None,
+                 eng: Any = None):
+        """``eng``: the engine already loaded (:func:`batch_engine`), to share it."""
         self.name, self.target = engine, target
-        if model is not None and engine == "hf":      # a merged checkpoint's chip
-            from backends.merge.engine import open_merged
-            self.eng: Any = open_merged(model, dtype)
-        elif model is not None:
-            from backends.fast.engine import FastEngine
-            self.eng = FastEngine(model, dtype, threads=1)
-        elif engine == "fast":
-            from backends.fast.engine import FastEngine
-            get_target(target)
-            self.eng = FastEngine(compiled_core(FULL, target, dtype), dtype, threads=1)
-        else:
-            from backends.hf_engine import HFEngine
-            get_target(target)
-            self.eng = HFEngine(compiled_core(FULL, target, dtype), dtype)
+        self.eng = eng if eng is not None else batch_engine(engine, target, dtype, model)
         self.threads = max(1, threads or os.cpu_count() or 1)
         self.cache = self.eng.new_cache(len(images), roms=[im.images for im in images])
         self.readers = [TraceReader(word_at=im.machine.read_word) for im in images]
@@ -541,35 +530,138 @@ class CoreBatch:
                                            if c["instructions"] else None)}
 
     def run(self, max_steps: int) -> list[RunResult]:
+        return list(self.results(max_steps))
+
+    def results(self, max_steps: int) -> Iterator[RunResult]:
+        """One :class:`RunResult` per stream, in order, each given as soon as its stream and
+        every stream before it are done."""
         n0 = [r.instructions for r in self.readers]
         out0 = [len(r.output) for r in self.readers]
+
+        def result(b: int) -> RunResult:
+            r = self.readers[b]
+            return RunResult(r.exit_code, bytes(r.output[out0[b]:]), r.instructions - n0[b],
+                             r.fault, None, timed_out=not r.done)
         if self.name == "fast":
             def one(b: int) -> None:
                 self.cur[b] = fast_advance(self.eng, self.cache, b, self.readers[b], self.cur[b],
                                            max_steps, feed=self.feeds[b])
             with ThreadPoolExecutor(min(self.threads, len(self.readers))) as pool:
-                list(pool.map(one, range(len(self.readers))))
+                for b, _ in enumerate(pool.map(one, range(len(self.readers)))):
+                    yield result(b)
         else:
-            self._run_batched(max_steps, n0)
-        return [RunResult(r.exit_code, bytes(r.output[o:]), r.instructions - n, r.fault, None,
-                          timed_out=not r.done)
-                for r, n, o in zip(self.readers, n0, out0)]
+            for b in self._run_batched(max_steps, n0):
+                yield result(b)
 
-    def _run_batched(self, max_steps: int, n0: list[int]) -> None:
+    def _run_batched(self, max_steps: int, n0: list[int]) -> Iterator[int]:
         """hf: one decode call per token for all rows; a row that is done (or out of budget)
-        is fed its last token again and its answers are ignored."""
+        is fed its last token again and its answers are ignored. Yields each row, in order,
+        once it and the rows before it are done."""
         eng, rs = self.eng, self.readers
+        shown = 0
 
         def live(b: int) -> bool:
             return not rs[b].done and not (executes(self.cur[b])
                                            and rs[b].instructions - n0[b] >= max_steps)
-        while any(live(b) for b in range(len(rs))):
+        while True:
             going = [live(b) for b in range(len(rs))]
+            while shown < len(rs) and not going[shown]:
+                yield shown
+                shown += 1
+            if not any(going):
+                break
             ids = eng.decode_step([eng.token_id(t) for t in self.cur], self.cache).tolist()
             for b, tid in enumerate(ids):
                 if going[b]:
                     self.cur[b] = self.feeds[b].answer(eng.token_of(int(tid)))
                     rs[b].feed(self.cur[b])
+
+
+def batch_engine(engine: str, target: str, dtype: str, model: Path | None = None) -> Any:
+    """The engine a :class:`CoreBatch` runs its streams on: ``engine`` (hf or fast) on the
+    cached core for ``target``, or on merged checkpoint ``model``'s chip."""
+    from backends.target import get_target
+    if model is not None and engine == "hf":      # a merged checkpoint's chip
+        from backends.merge.engine import open_merged
+        return open_merged(model, dtype)
+    if model is not None:
+        from backends.fast.engine import FastEngine
+        return FastEngine(model, dtype, threads=1)
+    get_target(target)
+    if engine == "fast":
+        from backends.fast.engine import FastEngine
+        return FastEngine(compiled_core(FULL, target, dtype), dtype, threads=1)
+    from backends.hf_engine import HFEngine
+    return HFEngine(compiled_core(FULL, target, dtype), dtype)
+
+
+#: the most streams of a batch of inputs held at once (each holds its program's memory
+#: images, megabytes of them, and an engine state): a batch of any number of inputs runs in
+#: groups of this many, so its memory does not grow with the number of inputs
+STREAM_GROUP = 32
+
+
+class InputStreams:
+    """One program once per input, on one engine (hf or fast), in groups of at most
+    ``group`` streams (:data:`STREAM_GROUP`; a group of :class:`CoreBatch`), the engine
+    loaded once. ``inputs`` is a callable giving the inputs afresh (an iterator), so they
+    are never all held as images. Every input is checked first (``ElfError("K: why")``, K
+    its 1-based line), before any stream runs. :meth:`results` gives one RunResult per
+    input, in order, each as soon as it and every input before it are done."""
+
+    def __init__(self, path: Path, inputs: Callable[[], Iterator[bytes]], count: int,
+                 engine: str = "fast", target: str = "compact", dtype: str | None = None,
+                 threads: int | None = None, model: Path | None = None,
+                 group: int | None = None):
+        from cpu.elf import read_elf
+        from cpu.emulator import check_input
+        self.sizes = FULL
+        if model is not None:
+            from backends.merge.engine import read_manifest
+            manifest = read_manifest(Path(model))
+            self.sizes, target = core_sizes(manifest), "merged"
+            dtype = dtype or manifest.get("dtype")
+        elf = read_elf(path)
+        for k, text in enumerate(inputs(), 1):
+            try:
+                check_input(elf, text)
+            except ElfError as e:
+                raise ElfError(f"{k}: {e}") from None
+        self.path, self.inputs, self.count = path, inputs, count
+        self.name, self.target, self.dtype = engine, target, dtype or "bf16"
+        self.threads, self.group = threads, max(1, group or STREAM_GROUP)
+        self.eng = batch_engine(engine, target, self.dtype, model)
+        self._done = {"done": 0, "instructions": 0, "tokens": 0}
+        self._batch: CoreBatch | None = None
+        self._threads = max(1, threads or os.cpu_count() or 1)
+
+    def counters(self) -> dict[str, int]:
+        now = self._batch.counters() if self._batch is not None else {}
+        return {"streams": self.count,
+                **{k: v + now.get(k, 0) for k, v in self._done.items()}}
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters()
+        return {"tokens": c["tokens"], "target": self.target, "threads": self._threads,
+                "stream_group": self.group,
+                "tokens_per_instruction": (round(c["tokens"] / c["instructions"], 4)
+                                           if c["instructions"] else None)}
+
+    def results(self, max_steps: int) -> Iterator[RunResult]:
+        lines = self.inputs()
+        while True:
+            texts = list(itertools.islice(lines, self.group))
+            if not texts:
+                return
+            images = [load_program(self.path, t, self.sizes) for t in texts]
+            self._batch = CoreBatch(images, self.name, self.target, self.dtype, self.threads,
+                                    eng=self.eng)
+            del images
+            yield from self._batch.results(max_steps)
+            c = self._batch.counters()
+            for k in self._done:
+                self._done[k] += c[k]
+            self._batch = None
 
 
 def sim_engine(path: Path, input_text: bytes | None) -> SimCore:
@@ -619,14 +711,18 @@ def core_batch(path: Path, inputs: list[bytes], engine: str = "fast", target: st
     return CoreBatch(images, engine, target, dtype or "bf16", threads, model)
 
 
-def hf_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
-    """``deltachip run --engine hf --inputs FILE``: one batched decode call per token."""
-    return core_batch(path, inputs, "hf", **options)
+def hf_batch(path: Path, inputs: Callable[[], Iterator[bytes]], count: int,
+             **options: Any) -> InputStreams:
+    """``deltachip run --engine hf --inputs FILE``: one batched decode call per token, for
+    each group of streams (:class:`InputStreams`)."""
+    return InputStreams(path, inputs, count, "hf", **options)
 
 
-def fast_batch(path: Path, inputs: list[bytes], **options: Any) -> CoreBatch:
-    """``deltachip run --engine fast --inputs FILE``: the streams free-running on threads."""
-    return core_batch(path, inputs, "fast", **options)
+def fast_batch(path: Path, inputs: Callable[[], Iterator[bytes]], count: int,
+               **options: Any) -> InputStreams:
+    """``deltachip run --engine fast --inputs FILE``: the streams of each group
+    free-running on threads (:class:`InputStreams`)."""
+    return InputStreams(path, inputs, count, "fast", **options)
 
 
 def fast_engine(path: Path, input_text: bytes | None, target: str = "compact",

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 from common.errors import UserError
 from common.kinds import DType
@@ -64,8 +64,10 @@ def register_engine(name: str, target: str, description: str, compiled: bool = F
                     batch: str | None = None) -> None:
     """Add an engine to ``deltachip run --engine``; a ``compiled`` engine's loader also takes
     ``target=`` and ``dtype=`` keywords. ``batch``: the loader of many streams for
-    ``--inputs`` (``batch(path, inputs, threads=, **options) -> runner`` whose
-    ``run(max_steps)`` gives a RunResult per input); without one, inputs run one by one."""
+    ``--inputs`` (``batch(path, inputs, count, threads=, **options) -> runner``, ``inputs()``
+    an iterator of the lines, whose ``results(max_steps)`` gives a RunResult per input, in
+    order, each once it and those before it are done, in groups of streams of bounded
+    memory); without one, inputs run one by one."""
     ENGINES[name] = Engine(name, target, description, compiled, batch)
 
 
@@ -109,10 +111,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--input: standard input when it is a pipe or a file); a text that "
                         "starts with '-' is written --input=TEXT")
     p.add_argument("--inputs", type=Path, metavar="FILE",
-                   help="run the program once per line of FILE (the line is its input), all "
-                        "together: hf and fast advance the runs as one batch; prints one "
-                        "line per input, in order (its output, a final newline dropped, "
-                        "other newlines and backslashes escaped as \\n and \\\\)")
+                   help="run the program once per line of FILE (the line is its input): hf and "
+                        "fast advance the runs in batches of up to 32 streams; prints one "
+                        "line per input, in order, each once it and those before it are done "
+                        "(its output, a final newline dropped, other newlines and "
+                        "backslashes escaped as \\n and \\\\)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="--inputs on fast: threads to run the streams on (default: the CPUs)")
     p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, metavar="N",
@@ -193,10 +196,10 @@ def _compiled_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any
 MAX_INPUTS_BYTES = 64 << 20
 
 
-def read_inputs(path: Path, program: Path) -> list[bytes]:
-    """The lines of ``--inputs`` FILE (without their newlines; a final newline ends the last
-    line, it does not start an empty one), read with a bound; the program must have an input
-    buffer. A line too long for the buffer is refused later, naming FILE:LINE."""
+def read_inputs(path: Path, program: Path) -> bytes:
+    """The bytes of ``--inputs`` FILE, read with a bound (:func:`input_lines` splits them
+    into lines); the program must have an input buffer. A line too long for the buffer is
+    refused later, naming FILE:LINE."""
     from common.inputs import InputTooLarge, read_bounded
     from cpu.elf import read_elf
     if memmap.INPUT_BUFFER_SYMBOL not in read_elf(program).symbols:
@@ -210,7 +213,21 @@ def read_inputs(path: Path, program: Path) -> list[bytes]:
         raise UserError(f"{path}: cannot read the --inputs file: {e.strerror or e}") from None
     if not data:
         raise UserError(f"{path}: the --inputs file is empty (one input a line)")
-    return data.removesuffix(b"\n").split(b"\n")
+    return data
+
+
+def input_lines(data: bytes) -> Iterator[bytes]:
+    """The lines of ``data`` without their newlines, one at a time (a final newline ends the
+    last line, it does not start an empty one): never a list of them all."""
+    body = data.removesuffix(b"\n")
+    start = 0
+    while True:
+        end = body.find(b"\n", start)
+        if end < 0:
+            yield body[start:]
+            return
+        yield body[start:end]
+        start = end + 1
 
 
 def _one_line(output: bytes) -> bytes:
@@ -221,52 +238,71 @@ def _one_line(output: bytes) -> bytes:
 def run_inputs(args: argparse.Namespace, engine: Engine, options: dict[str, Any]) -> int:
     """``--inputs FILE``: the program once per line, one output line each (docs/cpu.md)."""
     from cpu.emulator import ElfError
-    inputs = read_inputs(args.inputs, args.program)
-    counts = {"instructions": 0, "streams": len(inputs), "done": 0}
+    data = read_inputs(args.inputs, args.program)
+    count = data.removesuffix(b"\n").count(b"\n") + 1
+    counts = {"instructions": 0, "streams": count, "done": 0}
     t0 = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    status = 0
+    stdout = sys.stdout.buffer
     with contextlib.ExitStack() as outputs:
         stats_tmp = (outputs.enter_context(replace_on_success(args.stats, "--stats: "))
                      if args.stats is not None else None)
         if engine.batch is not None:
             try:
-                runner = engine.load(engine.batch)(args.program, inputs, threads=args.threads,
-                                                   **options)
+                runner = engine.load(engine.batch)(args.program, lambda: input_lines(data),
+                                                   count, threads=args.threads, **options)
             except ElfError as e:
                 raise UserError(f"{args.inputs}:{e}") from None
-            with progress_line(runner.counters):
-                results = runner.run(args.max_steps)
-            extra = runner.stats()
+            results, watch = runner.results(args.max_steps), runner.counters
         else:
-            results = []
-            with progress_line(lambda: counts):
-                for k, text in enumerate(inputs, 1):
-                    try:
-                        machine = engine.load()(args.program, text, **options)
-                    except ElfError as e:
-                        raise UserError(f"{args.inputs}:{k}: {e}") from None
-                    results.append(machine.run(args.max_steps))
-                    counts["instructions"] += results[-1].instructions
-                    counts["done"] += 1
-            extra = {}
+            results, watch = _one_by_one(args, engine, options, data, counts), lambda: counts
+        with progress_line(watch):
+            # each line printed once it and every line before it are done, so an interrupt
+            # loses no finished line; a group of streams at a time (the batch engines)
+            for k, res in enumerate(results, 1):
+                stdout.write(_one_line(res.output) + b"\n")
+                stdout.flush()
+                code = _status_of(res, res.instructions, f"{args.inputs}:{k}: ")
+                status = status or code
+                if stats_tmp is not None:
+                    runs.append({"exit_code": res.exit_code, "instructions": res.instructions,
+                                 "fault": str(res.fault) if res.fault else None,
+                                 "timed_out": res.timed_out})
+        extra = runner.stats() if engine.batch is not None else {}
         seconds = time.perf_counter() - t0
-        status = 0
-        stdout = sys.stdout.buffer
-        for k, res in enumerate(results, 1):
-            stdout.write(_one_line(res.output) + b"\n")
-            code = _status_of(res, res.instructions, f"{args.inputs}:{k}: ")
-            status = status or code
-        stdout.flush()
         if stats_tmp is not None:
-            n = sum(r.instructions for r in results)
-            stats = {"engine": engine.name, "program": str(args.program), "inputs": len(inputs),
+            n = sum(r["instructions"] for r in runs)
+            stats = {"engine": engine.name, "program": str(args.program), "inputs": count,
                      "instructions": n, "seconds": round(seconds, 6),
                      "instructions_per_second": round(n / seconds, 3) if seconds > 0 else None,
-                     "exit_status": status, **extra,
-                     "runs": [{"exit_code": r.exit_code, "instructions": r.instructions,
-                               "fault": str(r.fault) if r.fault else None,
-                               "timed_out": r.timed_out} for r in results]}
+                     "exit_status": status, **extra, "runs": runs}
             stats_tmp.write_text(json.dumps(stats, indent=2) + "\n")
     return status
+
+
+def _one_by_one(args: argparse.Namespace, engine: Engine, options: dict[str, Any],
+                data: bytes, counts: dict[str, int]) -> Iterator[Any]:
+    """``--inputs`` on an engine without a batch loader: one machine at a time, every line
+    checked against the input buffer first (a line that does not fit is refused before
+    any runs)."""
+    from cpu.elf import read_elf
+    from cpu.emulator import ElfError, check_input
+    elf = read_elf(args.program)
+    for k, text in enumerate(input_lines(data), 1):
+        try:
+            check_input(elf, text)
+        except ElfError as e:
+            raise UserError(f"{args.inputs}:{k}: {e}") from None
+    for k, text in enumerate(input_lines(data), 1):
+        try:
+            machine = engine.load()(args.program, text, **options)
+        except ElfError as e:
+            raise UserError(f"{args.inputs}:{k}: {e}") from None
+        res = machine.run(args.max_steps)
+        counts["instructions"] += res.instructions
+        counts["done"] += 1
+        yield res
 
 
 def _status_of(result: Any, instructions: int, where: str = "", pc: int | None = None) -> int:
