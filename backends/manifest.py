@@ -74,7 +74,9 @@ def _files(d: Path) -> dict[str, tuple[int, str]] | str:
     """name -> (size, digest) from ``d``'s manifest, or the problem with the manifest."""
     path = d / MANIFEST
     if not path.is_file():
-        return f"{MANIFEST} is missing"
+        from common.outputs import special_kind
+        kind = special_kind(path, follow_symlinks=True)
+        return f"{MANIFEST} is {kind}, not a regular file" if kind else f"{MANIFEST} is missing"
     try:
         record = _load(path)
     except OSError as e:

@@ -10,21 +10,19 @@ a truncated or corrupt file is a :class:`backends.checkpoint.ChipDirError`, neve
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from backends.checkpoint import INDEX, SINGLE, ChipDirError
+from backends.checkpoint import INDEX, JSON_LIMITS, SINGLE, ChipDirError
+from common.inputs import InputTooLarge, read_bounded
 
 #: safetensors dtypes this reader maps, with the numpy word each is read as (a float's
 #: bits for BF16; the structured token tables of a merged checkpoint hold integers)
 _WORDS = {"BF16": np.uint16, "F32": np.float32, "I32": np.int32, "I64": np.int64,
           "U8": np.uint8}
-#: the largest header a file may declare (the format's own limit is 100 MB)
-_MAX_HEADER = 100 << 20
 
 
 @dataclass(frozen=True)
@@ -47,9 +45,12 @@ class Tensors:
             files = [self.path / SINGLE]
         elif index.is_file():
             try:
-                wm = json.loads(index.read_text())["weight_map"]
+                wm = json.loads(read_bounded(index, *JSON_LIMITS[INDEX]))["weight_map"]
                 files = sorted({self.path / str(f) for f in wm.values()})
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            except InputTooLarge as e:
+                raise ChipDirError(str(e)) from None
+            except (OSError, ValueError, KeyError, TypeError, AttributeError,
+                    RecursionError) as e:
                 raise ChipDirError(f"{index}: unreadable weight map ({e})") from None
         else:
             raise ChipDirError(f"{self.path}: no {SINGLE} and no {INDEX}")
@@ -57,36 +58,19 @@ class Tensors:
             self._read_header(f)
 
     def _read_header(self, f: Path) -> None:
-        try:
-            size = f.stat().st_size
-            with open(f, "rb") as fh:
-                raw = fh.read(8)
-                if len(raw) < 8:
-                    raise ChipDirError(f"{f}: truncated (no safetensors header)")
-                (n,) = struct.unpack("<Q", raw)
-                if n > min(_MAX_HEADER, size - 8):
-                    raise ChipDirError(f"{f}: corrupt safetensors header (length {n})")
-                header = json.loads(fh.read(n))
-        except OSError as e:
-            raise ChipDirError(f"{f}: cannot read it ({e.strerror or e})") from None
-        except ValueError:
-            raise ChipDirError(f"{f}: corrupt safetensors header (not JSON)") from None
-        base = 8 + n
-        for name, meta in header.items():
-            if name == "__metadata__":
-                continue
-            try:
-                dtype, shape, (a, b) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise ChipDirError(f"{f}: corrupt safetensors entry for {name}") from None
-            if dtype not in _WORDS:
-                raise ChipDirError(f"{f}: {name} is {dtype}; the fast engine reads "
+        """The tensors of safetensors file ``f``, checked by safetensors' own rules
+        (:func:`backends.merge.stfile.read_header`) before any is mapped."""
+        from backends.merge.stfile import read_header
+        if not f.is_file() and f.exists():
+            from common.outputs import special_kind
+            raise ChipDirError(f"{f}: is {special_kind(f, follow_symlinks=True)}, not a "
+                               "regular file")
+        h = read_header(f, ChipDirError)
+        for name, t in h.tensors.items():
+            if t.dtype not in _WORDS:
+                raise ChipDirError(f"{f}: {name} is {t.dtype}; the fast engine reads "
                                    f"{', '.join(_WORDS)}")
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            if b - a != count * np.dtype(_WORDS[dtype]).itemsize or base + b > size or a < 0:
-                raise ChipDirError(f"{f}: {name} lies outside the file or does not match "
-                                   f"its shape {list(shape)} (truncated?)")
-            self._entries[name] = _Entry(f, dtype, shape, base + a, b - a)
+            self._entries[name] = _Entry(f, t.dtype, t.shape, t.begin, t.nbytes)
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries

@@ -15,6 +15,7 @@ as ``model.``) and the lm_head; the vision tower (``model.visual.``) is left out
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,16 @@ OTHER_FILES = ("generation_config.json",)
 JSON_LIMITS = {"config.json": 1 << 20, INDEX: 64 << 20, "tokenizer.json": 256 << 20,
                "tokenizer_config.json": 64 << 20}
 FLOAT_DTYPES = ("BF16", "F16", "F32")
+#: config fields that must be positive integers (the first three always; the others where
+#: present), checked before transformers sees the config
+REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers")
+INT_FIELDS = REQUIRED + ("intermediate_size", "num_attention_heads", "num_key_value_heads",
+                         "head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                         "linear_key_head_dim", "linear_value_head_dim",
+                         "linear_conv_kernel_dim", "full_attention_interval",
+                         "max_position_embeddings")
+FLOAT_FIELDS = ("rms_norm_eps",)
+LAYER_RE = re.compile(r"model\.layers\.(\d+)\.")
 #: tensors transformers ignores in a Qwen3.5 text checkpoint (the multi-token-prediction head)
 IGNORED_PREFIXES = ("mtp.",)
 
@@ -132,8 +143,24 @@ def read_base(path: str | Path) -> Base:
     prefix = LANGUAGE_PREFIX if multimodal and any(
         n.startswith(LANGUAGE_PREFIX) for h in files for n in h.tensors) else ""
     base = Base(d, cfg, files, extra, multimodal, prefix)
+    check_layers(base, cfg_path)
     check_tensors(base)
     return base
+
+
+def check_layers(base: Base, where: Path) -> None:
+    """MergeError unless the config's ``num_hidden_layers`` is the number of decoder layers
+    the weights hold: asked of the tensors' names before transformers builds a model of
+    the config (a config claiming a million layers would take minutes to build)."""
+    found = {int(m.group(1)) for h in base.files for n in h.tensors
+             if (t := base.text_name(n)) is not None and (m := LAYER_RE.match(t))}
+    want = base.config["num_hidden_layers"]
+    if found == set(range(want)):
+        return
+    have = (f"layers 0 to {max(found)}" if found == set(range(len(found))) and found else
+            f"{len(found):,} layers, numbered {sorted(found)[:3]}...") if found else "no layers"
+    raise MergeError(f"{where}: field 'num_hidden_layers' is {want:,}, but the weights hold "
+                     f"{have} (model.layers.N): the config does not fit the checkpoint")
 
 
 def language_config(cfg: dict[str, Any], where: Path) -> dict[str, Any]:
@@ -160,20 +187,34 @@ def check_config(cfg: dict[str, Any], where: Path) -> None:
     if arch is not None and (not isinstance(arch, list) or ARCHITECTURE not in arch):
         raise MergeError(f"{where}: architectures is {json.dumps(arch)}, not "
                          f"['{ARCHITECTURE}']: merge takes a Qwen3.5 text checkpoint")
+    for key in INT_FIELDS:
+        if key not in REQUIRED and cfg.get(key) is None:
+            continue
+        v = cfg.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise MergeError(f"{where}: field '{key}' must be a positive integer, got "
+                             f"{json.dumps(v)[:200]}")
+    for key in FLOAT_FIELDS:
+        v = cfg.get(key)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                              or not 0 < v < float("inf")):
+            raise MergeError(f"{where}: field '{key}' must be a positive number, got "
+                             f"{json.dumps(v)[:200]}")
     kinds = cfg.get("layer_types")
     if kinds is not None and (not isinstance(kinds, list) or any(
             k not in ("linear_attention", "full_attention") for k in kinds)):
         raise MergeError(f"{where}: layer_types must list 'linear_attention' and "
                          f"'full_attention' layers, got {json.dumps(kinds)[:200]}")
+    if kinds is not None and len(kinds) != cfg["num_hidden_layers"]:
+        raise MergeError(f"{where}: layer_types lists {len(kinds):,} layers, but field "
+                         f"'num_hidden_layers' is {cfg['num_hidden_layers']:,}")
     try:
         text_config(cfg)
-    except (TypeError, ValueError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+    except Exception as e:          # transformers' validators raise their own classes too
+        text = str(e).strip()
+        first = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()),
+                     e.__class__.__name__)
         raise MergeError(f"{where}: transformers refuses this Qwen3.5 config: {first}") from None
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
-        if not isinstance(cfg.get(key), int) or isinstance(cfg.get(key), bool) or cfg[key] < 1:
-            raise MergeError(f"{where}: field '{key}' must be a positive integer, got "
-                             f"{json.dumps(cfg.get(key))}")
 
 
 def text_config(cfg: dict[str, Any]):

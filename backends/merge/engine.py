@@ -40,6 +40,34 @@ from backends.merge.stock_chip import REMERGE, stock_dims
 MANIFEST = "deltachip.json"
 FORMAT = "deltachip-merge"
 LAYOUTS = ("routed", "stock")
+#: the most bytes read of each JSON file of a merged checkpoint, and why
+MERGED_JSON_LIMITS = {
+    MANIFEST: (1 << 20, "a merge manifest (one is a few KB)"),
+    "config.json": (4 << 20, "a merged config.json (the base's config, itself at most 1 MiB, "
+                             "and the chip's)"),
+}
+
+
+def read_merged_json(f: Path) -> Any:
+    """The JSON of file ``f`` of a merged checkpoint (``deltachip.json`` or ``config.json``),
+    read with its bound (:data:`MERGED_JSON_LIMITS`). Raises InputTooLarge, OSError (a
+    directory, a FIFO or another special file: :class:`NotRegular`),
+    UnicodeDecodeError, json.JSONDecodeError or RecursionError."""
+    from common.inputs import read_bounded
+    from common.outputs import special_kind
+    kind = special_kind(f, follow_symlinks=True)
+    if kind is not None:            # a FIFO would block the read, a directory fails it
+        raise NotRegular(f, kind)
+    return json.loads(read_bounded(f, *MERGED_JSON_LIMITS[f.name]))
+
+
+class NotRegular(OSError):
+    """A path that is a directory, a FIFO, a device or a socket where a file is expected."""
+
+    def __init__(self, path: Path, kind: str):
+        super().__init__(f"is {kind}, not a regular file")
+        self.kind = kind
+        self.strerror = f"is {kind}, not a regular file"
 
 
 class ChipIds:
@@ -153,8 +181,10 @@ class StockEngine(ChipIds, HFEngine):
 
 
 def is_merged(d: str | Path) -> bool:
-    """True when directory ``d`` holds a merge manifest (it may still be refused)."""
-    return (Path(d) / MANIFEST).is_file()
+    """True when directory ``d`` holds a merge manifest (it may still be refused: a
+    ``deltachip.json`` that is not a regular file is one, and is refused by name)."""
+    import os
+    return os.path.lexists(Path(d) / MANIFEST)
 
 
 def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
@@ -189,10 +219,16 @@ def check_chip_config(d: Path, chip: dict[str, Any]) -> dict[str, list[int]]:
     chip's chip.json; gives its ``chip_sparse`` (the weights stored as their nonzeros:
     name -> [out, in, nonzeros])."""
     f = d / "config.json"
+    from common.inputs import InputTooLarge
+    from common.outputs import os_reason
     try:
-        whole = json.loads(f.read_text())
+        whole = read_merged_json(f)
         cfg, sparse = whole.get("chip_config"), whole.get("chip_sparse") or {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, AttributeError):
+    except InputTooLarge as e:
+        raise ChipDirError(f"{e}: merge it again") from None
+    except OSError as e:
+        raise ChipDirError(f"{f}: cannot read: {os_reason(e)}: merge it again") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, AttributeError):
         raise ChipDirError(f"{f}: unreadable or not a JSON object: merge it again") from None
     if not (isinstance(sparse, dict) and all(
             isinstance(v, list) and len(v) == 3 and all(type(x) is int and x >= 0 for x in v)
@@ -223,8 +259,13 @@ def read_manifest(d: Path) -> dict[str, Any]:
     f = d / MANIFEST
     if not d.is_dir():
         raise ChipDirError(f"--model {d}: {'no such directory' if not d.exists() else 'not a directory'}")
+    from common.inputs import InputTooLarge
     try:
-        m = json.loads(f.read_text())
+        m = read_merged_json(f)
+    except InputTooLarge as e:
+        raise ChipDirError(f"--model {d}: {e}: merge it again") from None
+    except NotRegular as e:
+        raise ChipDirError(f"--model {d}: {MANIFEST} {e.strerror}: merge it again") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise ChipDirError(f"--model {d}: not a checkpoint written by `deltachip merge` (no "
                            f"readable {MANIFEST})") from None

@@ -41,7 +41,8 @@ from backends.chipschema import kind_ids
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
-from common.outputs import building_dir, disk_shortfall, os_reason, prepare_dir_output
+from common.outputs import (building_dir, dir_name_problem, disk_shortfall, os_reason,
+                            prepare_dir_output)
 
 
 
@@ -119,6 +120,14 @@ def prepare_output(out: Path, base: Path, chip: Path) -> Path:
                               lambda e: e in OURS or e.endswith(".safetensors"))
 
 
+def check_out_name(out: Path) -> None:
+    """MergeError when OUT_DIR names the current directory or a parent (``.``, ``..``),
+    which the merge cannot rename its output onto: asked first, before any work."""
+    why = dir_name_problem(out)
+    if why is not None:
+        raise _out_error(out, why)
+
+
 def _out_error(path: Path, why: str) -> MergeError:
     return MergeError(f"OUT_DIR {path}: {why}")
 
@@ -127,9 +136,11 @@ def _is_merge(d: Path, entries: list[str]) -> bool:
     if MANIFEST not in entries or not all(e in OURS or e.endswith(".safetensors")
                                           for e in entries):
         return False
+    from backends.merge.engine import read_merged_json
+    from common.inputs import InputTooLarge
     try:
-        m = json.loads((d / MANIFEST).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        m = read_merged_json(d / MANIFEST)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, InputTooLarge):
         return False
     return isinstance(m, dict) and m.get("format") == FORMAT
 
@@ -148,12 +159,21 @@ class _Chip:
 
 
 def _read_chip(path: Path, dtype: str | None,
-               roms: dict[str, list[int]] | None = None) -> _Chip:
+               roms: dict[str, list[int]] | None = None, digests: bool = True) -> _Chip:
     """The chip at ``path``, checked as every engine checks it (ChipDirError otherwise);
-    ``roms`` (memory name -> words) replace its own memory images."""
+    ``roms`` (memory name -> words) replace its own memory images. A chip without its
+    manifest.json (the digests of its files) is refused unless ``digests`` is False: a
+    flipped weight byte or an edited chip.json could not be found."""
+    import os
     import torch
     from backends.checkpoint import weights_file
     from backends.engine import ChipEngine
+    from backends.manifest import MANIFEST as DIGESTS
+    if digests and path.is_dir() and not os.path.lexists(path / DIGESTS):
+        raise MergeError(f"chip {path}: no {DIGESTS} (the size and sha256 digest of each of "
+                         f"its files, written by `deltachip compile`), so a damaged weight or "
+                         f"an edited chip.json would go unnoticed: recompile it with "
+                         f"`deltachip compile`, or merge it unchecked with --no-digests")
     eng = ChipEngine(path, roms=roms)
     compiled = eng.chip["dtype"]
     if dtype is not None and dtype != compiled:
@@ -176,7 +196,19 @@ def _read_chip(path: Path, dtype: str | None,
             full[vh] = st
         states[layer] = full.view(torch.int32).numpy().tobytes()
     return _Chip(path, eng.chip, cfg, files, states, (nv, dk, dv),
-                 (path / "chip.json").read_bytes(), eng.roms)
+                 _chip_json_bytes(path), eng.roms)
+
+
+def _chip_json_bytes(path: Path) -> bytes:
+    """The bytes of the chip's chip.json (read with its bound, as the engine read it)."""
+    from backends.checkpoint import JSON_LIMITS, ChipDirError
+    from common.inputs import InputTooLarge, read_bounded
+    try:
+        return read_bounded(path / "chip.json", *JSON_LIMITS["chip.json"])
+    except InputTooLarge as e:
+        raise ChipDirError(str(e)) from None
+    except OSError as e:
+        raise MergeError(f"{path / 'chip.json'}: cannot read: {os_reason(e)}") from None
 
 
 def _chip_name(name: str) -> str:
@@ -227,7 +259,8 @@ def _rom_hex(words: list[int], width: int) -> str:
 def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                  dtype: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 tables: str = "auto", firmware: Firmware | None = None) -> MergeReport:
+                 tables: str = "auto", firmware: Firmware | None = None,
+                 digests: bool = True) -> MergeReport:
     """Write the routed merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
     the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
     ``tables``: how the chip's embedding and lm_head are stored: ``structured``
@@ -235,13 +268,14 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     ``plain`` (byte for byte, the layers' weights too), or ``auto`` (structured when the
     chip's tables have the structure and it is smaller); but ``plain``, a layer weight is
     stored as its nonzeros when that is smaller (:mod:`backends.merge.sparse`). ``firmware``: a RISC-V program whose memory images replace
-    the chip's (the chip is then the core: :func:`cpu.rv32.merged.core_for`)."""
+    the chip's (the chip is then the core: :func:`cpu.rv32.merged.core_for`). ``digests``
+    False merges a chip without its manifest.json (unchecked)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
     if tables not in TABLES:
         raise ValueError(f"tables must be one of {', '.join(TABLES)}, got {tables!r}")
-    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say)
+    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say, digests=digests)
     base, chip, names, offset, texts = inp.base, inp.chip, inp.names, inp.offset, inp.texts
     dtype = chip.chip["dtype"]
     packed = None
@@ -343,13 +377,16 @@ class Inputs:
 
 def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
                 firmware: Firmware | None, say: Callable[[str], None],
-                fits: Callable[[Base, _Chip], None] | None = None) -> Inputs:
-    """Read the base and the chip (the firmware's memory images in it), check that the chip
-    ``fits`` the base (a layout's own test), then OUT_DIR (:func:`prepare_output`)."""
+                fits: Callable[[Base, _Chip], None] | None = None,
+                digests: bool = True) -> Inputs:
+    """Check OUT_DIR's name, read the base and the chip (the firmware's memory images in
+    it; ``digests``: see :func:`_read_chip`), check that the chip ``fits`` the base (a
+    layout's own test), then OUT_DIR (:func:`prepare_output`)."""
+    check_out_name(out)
     say("reading the base")
     base = read_base(base_dir)
     say("reading the chip")
-    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None)
+    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None, digests)
     if fits is not None:
         fits(base, chip)
     prepare_output(out, base_dir, chip_dir)

@@ -90,56 +90,82 @@ class Rows:
         return out
 
 
-def read_header(path: Path) -> Header:
-    """The tensors of safetensors file ``path``; MergeError when it is unreadable, not a
-    safetensors file, or shorter than its header says (truncated)."""
+def read_header(path: Path, error: type[UserError] = MergeError) -> Header:
+    """The tensors of safetensors file ``path``, checked by safetensors' own rules: the
+    header length within the file and :data:`MAX_HEADER`, the header UTF-8 JSON of an
+    object, ``__metadata__`` (if any) a map of strings to strings, every tensor a known
+    dtype whose byte range fits its shape, the ranges in a row without gap or overlap and
+    covering the data exactly (a file shorter is truncated; one longer has bytes after its
+    data, which safetensors refuses). ``error`` (MergeError) otherwise, naming the file."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)
             f.seek(0)
             head = f.read(8)
             if len(head) < 8:
-                raise MergeError(f"{path}: truncated or not a safetensors file ({size} bytes)")
+                raise error(f"{path}: truncated or not a safetensors file ({size} bytes)")
             (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER or 8 + n > size:
-                raise MergeError(f"{path}: corrupt or truncated (its header claims {n:,} bytes, "
-                                 f"the file has {size:,})")
+            if n > MAX_HEADER:
+                raise error(f"{path}: corrupt (its header length field says {n:,} bytes, "
+                            f"more than safetensors' limit of {MAX_HEADER:,})")
+            if 8 + n > size:
+                raise error(f"{path}: corrupt or truncated (its header length field says "
+                            f"{n:,} bytes, but only {size - 8:,} follow it)")
             raw = f.read(n)
     except OSError as e:
-        raise MergeError(f"{path}: cannot read: {os_reason(e)}") from None
+        raise error(f"{path}: cannot read: {os_reason(e)}") from None
     try:
-        header = json.loads(raw)
+        header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise MergeError(f"{path}: corrupt (its header is not JSON: {e})") from None
+        raise error(f"{path}: corrupt (its header is not JSON: {e})") from None
     if not isinstance(header, dict):
-        raise MergeError(f"{path}: corrupt (its header is not a JSON object)")
-    meta = header.pop("__metadata__", None) or {}
+        raise error(f"{path}: corrupt (its header is not a JSON object)")
+    meta = header.pop("__metadata__", None)
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        bad = (next(k for k, v in meta.items() if not isinstance(v, str))
+               if isinstance(meta, dict) else None)
+        raise error(f"{path}: corrupt (its __metadata__ must map strings to strings"
+                    + (f"; {bad!r} is {_kind(meta[bad])})" if bad is not None else
+                       f", it is {_kind(meta)})"))
     start = 8 + n
     tensors: dict[str, TensorEntry] = {}
     spans = []
     for name, d in header.items():
         try:
             dtype, shape, (b, e) = d["dtype"], tuple(d["shape"]), d["data_offsets"]
-            ok = (dtype in DTYPE_BYTES and all(isinstance(x, int) and x >= 0 for x in shape)
-                  and isinstance(b, int) and isinstance(e, int)
+            ok = (dtype in DTYPE_BYTES
+                  and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                          for x in shape)
+                  and all(isinstance(x, int) and not isinstance(x, bool) for x in (b, e))
                   and e - b == math.prod(shape) * DTYPE_BYTES[dtype] and 0 <= b <= e)
         except (KeyError, TypeError, ValueError):
             ok = False
         if not ok:
-            raise MergeError(f"{path}: corrupt (tensor {name}: bad dtype, shape or offsets)")
+            raise error(f"{path}: corrupt (tensor {name}: bad dtype, shape or offsets)")
         tensors[name] = TensorEntry(name, dtype, shape, start + b, start + e)
         spans.append((b, e))
     spans.sort()
     end = 0
     for b, e in spans:
         if b != end:
-            raise MergeError(f"{path}: corrupt (tensor data overlaps or leaves a gap at byte "
-                             f"{start + end:,})")
+            raise error(f"{path}: corrupt (tensor data overlaps or leaves a gap at byte "
+                        f"{start + end:,})")
         end = e
     if start + end > size:
-        raise MergeError(f"{path}: truncated (its header needs {start + end:,} bytes, the file "
-                         f"has {size:,})")
+        raise error(f"{path}: truncated (its header needs {start + end:,} bytes, the file "
+                    f"has {size:,})")
+    if start + end < size:
+        raise error(f"{path}: corrupt ({size - start - end:,} bytes follow the end of its "
+                    f"tensor data at byte {start + end:,}; safetensors refuses such a file)")
     return Header(Path(path), tensors, dict(meta), size)
+
+
+def _kind(v: object) -> str:
+    """A JSON value's kind, for a message (``a number``, ``an object``, ...)."""
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null", int: "a number", float: "a number"}.get(type(v), "a value")
 
 
 def copy_file(src: Path, dst: Path, size: int) -> None:

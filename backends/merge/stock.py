@@ -511,15 +511,17 @@ class StockReport(MergeReport):
 def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                 dtype: str | None = None,
                 progress: Callable[[str], None] | None = None,
-                firmware: Firmware | None = None) -> StockReport:
+                firmware: Firmware | None = None, digests: bool = True) -> StockReport:
     """Write the stock merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
     the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
     ``firmware`` (:class:`cpu.rv32.merged.Firmware`, the chip being the core): a RISC-V
-    program whose memory images replace the chip's, recorded in the manifest."""
+    program whose memory images replace the chip's, recorded in the manifest. ``digests``
+    False merges a chip without its manifest.json (unchecked)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
-    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say, fits=check_chip_fits)
+    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say, fits=check_chip_fits,
+                      digests=digests)
     base, chip, names, offset, texts = inp.base, inp.chip, inp.names, inp.offset, inp.texts
     dtype = chip.chip["dtype"]
     lay = plan_layout(base, chip)
@@ -598,7 +600,8 @@ def chip_cache(model, out_dir: str | Path, batch: int = 1):
     from safetensors.torch import load_file
     from transformers import DynamicCache
     out = Path(out_dir)
-    st = json.loads((out / "deltachip.json").read_text())["stock"]
+    from backends.merge.engine import read_manifest
+    st = read_manifest(out)["stock"]
     cfg = model.config
     cache = DynamicCache(config=cfg)
     nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim

@@ -85,6 +85,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="routed (default): base and chip side by side, text bit-identical; "
                         "stock: one widened Qwen3_5ForCausalLM, no remote code, text close "
                         "to the base's")
+    p.add_argument("--no-digests", dest="digests", action="store_false",
+                   help="merge a --chip directory that has no manifest.json (the size and "
+                        "sha256 of each of its files, which `deltachip compile` writes) "
+                        "without checking it: a damaged weight or an edited chip.json then "
+                        "goes unnoticed (default: such a chip is refused)")
     p.set_defaults(func=merge_command)
 
 
@@ -93,7 +98,9 @@ def merge_command(args: argparse.Namespace) -> int:
     from common.errors import UserError
     from backends.merge.routed import merge_routed
     say = lambda s: print(f"merge: {s}", file=sys.stderr, flush=True)  # noqa: E731
+    from backends.merge.routed import check_out_name
     chip, firmware = args.chip, None
+    check_out_name(Path(args.output))       # before a core is compiled for --firmware
     if args.target is not None and args.firmware is None:
         raise UserError("--target applies to --firmware (the core is compiled for it); a "
                         "--chip is merged as it was compiled")
@@ -115,10 +122,10 @@ def merge_command(args: argparse.Namespace) -> int:
     if args.layout == "stock":
         from backends.merge.stock import merge_stock
         r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,
-                        firmware=firmware)
+                        firmware=firmware, digests=args.digests)
     else:
         r = merge_routed(args.base, args.output, chip, args.dtype, progress=say,
-                         tables=args.tables, firmware=firmware)
+                         tables=args.tables, firmware=firmware, digests=args.digests)
     width = f", hidden {r.hidden:,}" if args.layout == "stock" else ""
     print(f"{r.out}: {args.layout} merge, {len(r.shards)} shards{width}, {r.out_bytes:,} bytes "
           f"(base {r.base_bytes:,}, chip {r.chip_bytes:,}; {r.out_bytes / r.base_bytes:.3f}x "

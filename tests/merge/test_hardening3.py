@@ -1,0 +1,242 @@
+"""Merge under hostile input (issue 43): every JSON file of a merged checkpoint read with a
+bound, a base config checked field by field and against its tensors before a model is
+built (class 1); nothing written into OUT_DIR during a merge deleted (class 2); safetensors'
+own rules on every file merge reads, a chip without its digests refused (class 3); messages
+that say what is wrong (class 7). Golden texts."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backends.checkpoint import ChipDirError
+from backends.merge import routed
+from backends.merge.engine import check_chip_config, read_manifest
+from backends.merge.routed import merge_routed
+from backends.merge.stfile import MergeError, read_header
+from tests.merge.test_errors import _copy, _refused
+
+
+def _config(base: Path, **changes) -> None:
+    cfg = json.loads((base / "config.json").read_text())
+    cfg.update(changes)
+    (base / "config.json").write_text(json.dumps(cfg))
+
+
+# ---- class 1: bounded reads, base configs ----------------------------------------------
+
+def test_merged_json_files_are_read_with_a_bound(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "deltachip.json").symlink_to("/dev/zero")
+    with pytest.raises(ChipDirError) as e:
+        read_manifest(d)
+    assert str(e.value) == (f"--model {d}: deltachip.json is a character device, not a regular "
+                            f"file: merge it again")
+    assert not routed._is_merge(d, ["deltachip.json"])
+    (d / "deltachip.json").unlink()
+    with open(d / "deltachip.json", "wb") as f:
+        f.truncate(8 << 30)                     # sparse: 8 GiB that take no room
+    with pytest.raises(ChipDirError) as e:
+        read_manifest(d)
+    assert str(e.value) == (f"--model {d}: {d}/deltachip.json: larger than 1,048,576 bytes, the "
+                            f"limit for a merge manifest (one is a few KB): merge it again")
+    assert not routed._is_merge(d, ["deltachip.json"])
+    with open(d / "config.json", "wb") as f:
+        f.truncate(8 << 30)
+    with pytest.raises(ChipDirError) as e:
+        check_chip_config(d, {"config": {}})
+    assert str(e.value) == (f"{d}/config.json: larger than 4,194,304 bytes, the limit for a "
+                            f"merged config.json (the base's config, itself at most 1 MiB, and "
+                            f"the chip's): merge it again")
+
+
+def test_merged_json_files_that_are_not_regular_files(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    os.mkfifo(d / "deltachip.json")             # reading it would block
+    with pytest.raises(ChipDirError) as e:
+        read_manifest(d)
+    assert str(e.value) == (f"--model {d}: deltachip.json is a named pipe (FIFO), not a regular "
+                            f"file: merge it again")
+    (d / "config.json").mkdir()
+    with pytest.raises(ChipDirError) as e:
+        check_chip_config(d, {"config": {}})
+    assert str(e.value) == (f"{d}/config.json: cannot read: is a directory, not a regular "
+                            f"file: merge it again")
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"hidden_size": "64"}, "field 'hidden_size' must be a positive integer, got \"64\""),
+    ({"hidden_size": 64.0}, "field 'hidden_size' must be a positive integer, got 64.0"),
+    ({"num_attention_heads": [2]}, "field 'num_attention_heads' must be a positive integer, "
+                                   "got [2]"),
+    ({"linear_key_head_dim": True}, "field 'linear_key_head_dim' must be a positive integer, "
+                                    "got true"),
+    ({"rms_norm_eps": "1e-6"}, "field 'rms_norm_eps' must be a positive number, got \"1e-6\""),
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types lists 3 layers, but field "
+                                                "'num_hidden_layers' is 4"),
+    ({"attention_bias": "no"}, "transformers refuses this Qwen3.5 config: TypeError: Field "
+                               "'attention_bias' expected bool, got str (value: 'no')"),
+])
+def test_base_config_fields_of_the_wrong_type(bases, chips, tmp_path, changes, said):
+    base = _copy(bases["tied"], tmp_path / "base")
+    _config(base, **changes)
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert str(e) == f"{base / 'config.json'}: {said}"
+
+
+def test_a_million_layer_config_is_refused_before_a_model_is_built(bases, chips, tmp_path):
+    base = _copy(bases["tied"], tmp_path / "base")
+    _config(base, num_hidden_layers=1_000_000, layer_types=None)
+    t0 = time.perf_counter()
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert time.perf_counter() - t0 < 20
+    assert str(e) == (f"{base / 'config.json'}: field 'num_hidden_layers' is 1,000,000, but the "
+                      f"weights hold layers 0 to 3 (model.layers.N): the config does not fit "
+                      f"the checkpoint")
+    _config(base, num_hidden_layers=2, layer_types=None)
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert "field 'num_hidden_layers' is 2, but the weights hold layers 0 to 3" in str(e)
+
+
+# ---- class 2: OUT_DIR written during the merge ------------------------------------------
+
+def test_a_file_written_into_out_dir_during_the_merge_is_kept(bases, chips, tmp_path,
+                                                              monkeypatch):
+    out = tmp_path / "out"
+    merge_routed(bases["tied"], out, chips["counter"])
+    before = sorted(p.name for p in out.iterdir())
+    real = routed.write_chip_files
+
+    def meanwhile(tmp, chip):
+        (out / "notes.txt").write_text("mine")
+        return real(tmp, chip)
+    monkeypatch.setattr(routed, "write_chip_files", meanwhile)
+    with pytest.raises(MergeError) as e:
+        merge_routed(bases["untied"], out, chips["counter"])
+    assert str(e.value) == (f"OUT_DIR {out}: 'notes.txt' appeared in it while the new output "
+                            f"was being built; nothing was replaced or deleted (the new output "
+                            f"was discarded): move what is yours elsewhere and run the command "
+                            f"again")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == sorted(before + ["notes.txt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_out_dir_dot_is_refused_before_reading_anything(bases, chips, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MergeError) as e:
+        merge_routed(tmp_path / "no-base", Path("."), chips["counter"])
+    assert str(e.value) == (f"OUT_DIR .: names the current directory or a parent, which cannot "
+                            f"be replaced in place; give it by its name (../{tmp_path.name}) or "
+                            f"choose another path")
+
+
+# ---- class 3: safetensors' rules, digests -----------------------------------------------
+
+def _st(path: Path, header: dict, data: bytes) -> Path:
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    return path
+
+
+def test_safetensors_rules(tmp_path):
+    t = {"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}
+    assert read_header(_st(tmp_path / "ok.st", t, b"abcd")).tensors["a"].nbytes == 4
+    f = _st(tmp_path / "tail.st", t, b"abcd" + b"\0" * 3)
+    with pytest.raises(MergeError) as e:
+        read_header(f)
+    n = f.stat().st_size
+    assert str(e.value) == (f"{f}: corrupt (3 bytes follow the end of its tensor data at byte "
+                            f"{n - 3:,}; safetensors refuses such a file)")
+    f = _st(tmp_path / "meta.st", {**t, "__metadata__": {"format": "pt", "step": 3}}, b"abcd")
+    with pytest.raises(MergeError) as e:
+        read_header(f)
+    assert str(e.value) == (f"{f}: corrupt (its __metadata__ must map strings to strings; "
+                            f"'step' is a number)")
+    f = _st(tmp_path / "meta2.st", {**t, "__metadata__": ["pt"]}, b"abcd")
+    with pytest.raises(MergeError, match=r"__metadata__ must map strings to strings, it is an "
+                                         r"array\)$"):
+        read_header(f)
+    assert read_header(_st(tmp_path / "null.st", {**t, "__metadata__": None}, b"abcd")).metadata == {}
+    f = tmp_path / "len.st"
+    f.write_bytes(struct.pack("<Q", 24) + b"{}" + b" " * 14)       # 24 bytes: all of the file
+    with pytest.raises(MergeError) as e:
+        read_header(f)
+    assert str(e.value) == (f"{f}: corrupt or truncated (its header length field says 24 bytes, "
+                            f"but only 16 follow it)")
+    f = tmp_path / "utf16.st"
+    raw = '{"a": 1}'.encode("utf-16")
+    f.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    with pytest.raises(MergeError, match="its header is not JSON"):
+        read_header(f)
+
+
+def test_a_base_shard_with_trailing_bytes_is_refused(bases, chips, tmp_path):
+    base = _copy(bases["sharded"], tmp_path / "tail")
+    with open(base / "model-00004-of-00011.safetensors", "ab") as f:
+        f.write(b"\0" * 8)
+    _refused(base, chips["counter"], tmp_path / "out",
+             r"model-00004-of-00011\.safetensors: corrupt \(8 bytes follow the end of its "
+             r"tensor data")
+
+
+def test_the_fast_engine_applies_the_same_rules(tmp_path):
+    from backends.fast.weights import Tensors
+    d = tmp_path / "chip"
+    d.mkdir()
+    f = _st(d / "model.safetensors", {"w": {"dtype": "F32", "shape": [1],
+                                           "data_offsets": [0, 4]}}, b"\0" * 4 + b"junk")
+    with pytest.raises(ChipDirError, match=r"corrupt \(4 bytes follow the end of its tensor "
+                                           r"data"):
+        Tensors(d)
+    f.unlink()
+    f.mkdir()
+    with pytest.raises(ChipDirError) as e:
+        Tensors(d)
+    assert str(e.value) == f"{d}: no model.safetensors and no model.safetensors.index.json"
+
+
+def test_a_chip_without_its_digests_is_refused_unless_asked(bases, chips, tmp_path):
+    chip = _copy(chips["counter"], tmp_path / "chip")
+    (chip / "manifest.json").unlink()
+    e = _refused(bases["tied"], chip, tmp_path / "out", "")
+    assert str(e) == (f"chip {chip}: no manifest.json (the size and sha256 digest of each of its "
+                      f"files, written by `deltachip compile`), so a damaged weight or an edited "
+                      f"chip.json would go unnoticed: recompile it with `deltachip compile`, or "
+                      f"merge it unchecked with --no-digests")
+    r = merge_routed(bases["tied"], tmp_path / "out", chip, digests=False)
+    assert (r.out / "deltachip.json").is_file()
+
+
+def test_a_chip_whose_manifest_is_a_directory(bases, chips, tmp_path):
+    chip = _copy(chips["counter"], tmp_path / "chip")
+    (chip / "manifest.json").unlink()
+    (chip / "manifest.json").mkdir()
+    with pytest.raises(ChipDirError, match=r"manifest\.json is a directory, not a regular file"):
+        merge_routed(bases["tied"], tmp_path / "out", chip)
+
+
+def test_merge_cli_no_digests(bases, chips, tmp_path):
+    chip = _copy(chips["counter"], tmp_path / "chip")
+    (chip / "manifest.json").unlink()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "deltachip", "merge", *map(str, args)],
+                              capture_output=True, text=True, env=env)
+    r = cli(bases["tied"], tmp_path / "out", "--chip", chip)
+    assert r.returncode == 2 and r.stderr.endswith("merge it unchecked with --no-digests\n")
+    r = cli(bases["tied"], tmp_path / "out", "--chip", chip, "--no-digests")
+    assert r.returncode == 0, r.stderr
+    r = cli("--help")
+    assert "--no-digests" in r.stdout
