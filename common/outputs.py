@@ -165,6 +165,33 @@ def sweep_stale(path: str | Path) -> list[Path]:
     return removed
 
 
+def sweep_folder(folder: str | Path) -> list[Path]:
+    """:func:`sweep_stale` for every output in ``folder``: remove each temporary there (named
+    by :func:`temp_name_prefix`, whatever its output) whose process no longer runs; return
+    what was removed. For a folder only deltachip writes (the core cache), where a killed
+    build or an interrupted rebuild leaves a temporary that no later write of the same
+    name would sweep."""
+    pattern = re.compile(rf"\..+\.{TEMP_TAG}-(\d+)-.*", re.DOTALL)
+    removed: list[Path] = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+        except OSError:
+            pass
+    return removed
+
+
 @contextmanager
 def replace_on_success(path: str | Path, label: str = "",
                        error: type[UserError] = UserError,

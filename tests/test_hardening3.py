@@ -163,3 +163,32 @@ def test_an_empty_output_directory_is_still_replaced(tmp_path):
         (tmp / "f").write_text("x")
     assert (out / "f").read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+# ---- class 6: leftovers of an interrupted core rebuild ---------------------------------
+
+def test_a_damaged_entry_moved_aside_is_swept_on_the_next_cache_access(tmp_path, monkeypatch):
+    """A damaged entry moved aside for rebuilding (``.ENTRY.deltachip-PID-damaged-…``) whose
+    process died before deleting it is swept by the next access to the cache, whether or
+    not that entry is used again; a running process's leftovers and other files stay."""
+    from cpu.rv32 import engines
+    from cpu.rv32.build import TINY
+    monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path))
+    root = engines.cache_root()
+    entry = engines.compiled_core_path(TINY, "compact", "bf16")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    aside = root / f".{outputs.short_name(entry.name)}.{outputs.TEMP_TAG}-{dead}-damaged-x1"
+    (aside / entry.name).mkdir(parents=True)
+    (aside / entry.name / "model.safetensors").write_bytes(b"\0" * 4096)
+    build = root / f".rv32-other.{outputs.TEMP_TAG}-{dead}-abc"      # a killed build's
+    build.mkdir()
+    live = root / f".{entry.name}.{outputs.TEMP_TAG}-{os.getpid()}-damaged-x2"
+    live.mkdir()
+    keep = root / "rv32-0123-full-compact-bf16"
+    keep.mkdir()
+    assert engines.cache_root() == root
+    assert sorted(p.name for p in root.iterdir()) == sorted([live.name, keep.name])
+    aside.mkdir()
+    engines.compiled_core_path(TINY, "qwen3.5-4b", "fp32")     # any access sweeps
+    assert not aside.exists() and live.is_dir()

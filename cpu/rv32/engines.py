@@ -212,9 +212,15 @@ BYTE_CELLS = True
 
 
 def cache_root() -> Path:
-    """The core cache's folder, ``$DELTACHIP_CACHE/cores``, created and known writable."""
+    """The core cache's folder, ``$DELTACHIP_CACHE/cores``, created and known writable. On
+    every access the leftovers of a process that died there are swept
+    (:func:`common.outputs.sweep_folder`): a build's temporary directory, or a damaged entry
+    moved aside for rebuilding (up to the entry's 6 GB) whose rebuild was interrupted."""
     from common.cachedir import cache_dir      # a DELTACHIP_CACHE it cannot use: exit 2
-    return cache_dir("cores")
+    from common.outputs import sweep_folder
+    root = cache_dir("cores")
+    sweep_folder(root)
+    return root
 
 
 #: table ROM images baked into a core (its text vocabulary: cpu/rv32/loader.text_tables)
