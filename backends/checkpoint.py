@@ -44,7 +44,8 @@ from backends.chipschema import SchemaError, check_chip
 from backends.target import json_kind
 from common.errors import UserError
 from common.inputs import InputTooLarge, read_bounded
-from common.outputs import building_dir, disk_shortfall, os_reason, prepare_dir_output
+from common.outputs import (building_dir, disk_shortfall, os_reason, prepare_dir_output,
+                            special_kind)
 
 FORMAT = "deltachip-chip"
 FORMAT_VERSION = 2          # 2: enum fields in the circuit, the config copy, format_version
@@ -104,6 +105,9 @@ class OutputDirError(UserError):
 def _read_json(path: Path, what: str) -> Any:
     """The JSON in ``path``; ChipDirError when it is missing, unreadable or not JSON."""
     if not path.is_file():
+        kind = special_kind(path, follow_symlinks=True)
+        if kind is not None:
+            raise ChipDirError(f"{path}: is {kind}, not a regular file: {RECOMPILE}")
         raise ChipDirError(f"{path.parent}: not a compiled chip directory (no {what})")
     try:
         return json.loads(read_bounded(path, *JSON_LIMITS[path.name]))
@@ -242,6 +246,9 @@ def check_weights_file(path: str | Path) -> None:
     d = Path(path)
     f = weights_file(d)
     if not f.is_file():
+        kind = special_kind(f, follow_symlinks=True)
+        if kind is not None:
+            raise ChipDirError(f"{f}: is {kind}, not a regular file: {RECOMPILE}")
         if any(SHARD_RE.fullmatch(e.name) for e in d.iterdir()):
             raise ChipDirError(f"{path}: {INDEX} is missing (the shards are there): {RECOMPILE}")
         raise ChipDirError(f"{path}: model.safetensors is missing: {RECOMPILE}")
@@ -264,8 +271,10 @@ def check_weights_file(path: str | Path) -> None:
             shards.setdefault(shard, set()).add(tensor)
         for shard in sorted(shards):
             if not (d / shard).is_file():
-                raise ChipDirError(f"{path}: shard {shard} is missing ({INDEX} names it): "
-                                   f"{RECOMPILE}")
+                kind = special_kind(d / shard, follow_symlinks=True)
+                raise ChipDirError(f"{path}: shard {shard} "
+                                   f"{f'is {kind}, not a regular file' if kind else 'is missing'}"
+                                   f" ({INDEX} names it): {RECOMPILE}")
     for shard, want in sorted(shards.items()):
         sf = d / shard
         try:

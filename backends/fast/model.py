@@ -163,8 +163,21 @@ class FastModel:
 
 
 def _refuse(path: Path, what: str) -> FastRefused:
+    """A checkpoint beyond what the fast engine runs (a shape, a dtype): hf runs it."""
     return FastRefused(f"{path}: the fast engine cannot run this checkpoint: {what} "
                        f"(run it with --engine hf)")
+
+
+#: what to do with a checkpoint whose weights break a fact every deltachip checkpoint holds
+REMAKE = ("the weights are damaged (every checkpoint `deltachip compile` and `deltachip "
+          "merge` write holds it): compile it again (a merged checkpoint: merge it again)")
+
+
+def _damaged(path: Path, what: str) -> ChipDirError:
+    """A checkpoint whose weights break a structural fact of every checkpoint deltachip
+    writes (the ballast, exact norms, zero full-attention layers, no decay, one conv tap,
+    the lm_head's rows per kind): damaged, so it is to be written again, not run elsewhere."""
+    return ChipDirError(f"{path}: {what}: {REMAKE}")
 
 
 def _pow2_or_zero(a: np.ndarray) -> bool:
@@ -234,15 +247,15 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
     ball = e_col < NB
     per_row = np.add.reduceat(ball.astype(np.int64), e_ptr[:-1]) if len(e_col) else None
     if per_row is None or np.any(per_row != NB):
-        raise _refuse(path, f"an embedding row does not hold all {NB} ballast dims")
+        raise _damaged(path, f"an embedding row does not hold all {NB} ballast dims")
     B = e_val[ball].reshape(vocab, NB)
     if np.any(B != B[0]):
-        raise _refuse(path, "the ballast dims differ between embedding rows")
+        raise _damaged(path, "the ballast dims differ between embedding rows")
     B = B[0].astype(np.float64)
     res_ballast = float(np.sum(B * B))
     r = _rms_scale(B, H, eps)
     if not _pow2_or_zero(np.array([r])) or r == 0:
-        raise _refuse(path, f"the pre-norm factor of the ballast is {r}, not a power of two")
+        raise _damaged(path, f"the pre-norm factor of the ballast is {r}, not a power of two")
 
     def norm_scale(name: str, read: np.ndarray | None = None) -> np.ndarray:
         """1 + w times the ballast's factor; ``read``: the only dims anything reads after
@@ -251,7 +264,7 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
         if read is not None:
             w1 = np.where(np.isin(np.arange(len(w1)), read), w1, 0.0)
         if not _pow2_or_zero(w1):
-            raise _refuse(path, f"{name}: 1 + weight is not a power of two or 0 on every dim"
+            raise _damaged(path, f"{name}: 1 + weight is not a power of two or 0 on every dim"
                                 + (" the lm_head reads" if read is not None else ""))
         return (w1 * r).astype(np.float32)
 
@@ -265,7 +278,7 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
 
     def no_ballast_writes(name: str, ptr: np.ndarray) -> None:
         if ptr[NB] != 0:
-            raise _refuse(path, f"{name} writes into the ballast dims")
+            raise _damaged(path, f"{name} writes into the ballast dims")
 
     layers: list[Layer] = []
     nonzero = 0
@@ -276,21 +289,21 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
             names = [n for n in t.names() if n.startswith(pre)]
             bad = [n for n in names if not n.endswith("norm.weight") and not zero(n)]
             if bad:
-                raise _refuse(path, f"{bad[0]}: a full-attention layer with nonzero weights")
+                raise _damaged(path, f"{bad[0]}: a full-attention layer with nonzero weights")
             layers.append(Layer(kind=1))
             continue
         la = pre + "linear_attn."
         if not zero(la + "in_proj_a.weight"):
-            raise _refuse(path, f"{la}in_proj_a.weight is not zero (a decaying memory)")
+            raise _damaged(path, f"{la}in_proj_a.weight is not zero (a decaying memory)")
         dtb = t.get(la + "dt_bias").astype(np.float64)
         if np.any(dtb > -104):
-            raise _refuse(path, f"{la}dt_bias is above -104 (softplus not exactly 0: a decay)")
+            raise _damaged(path, f"{la}dt_bias is above -104 (softplus not exactly 0: a decay)")
         if not np.all(np.isfinite(t.get(la + "A_log"))):
-            raise _refuse(path, f"{la}A_log is not finite")
+            raise _damaged(path, f"{la}A_log is not finite")
         conv = t.get(la + "conv1d.weight").reshape(C, kc)
         taps = np.count_nonzero(conv, axis=1)
         if np.any(taps > 1) or np.any(conv[conv != 0] != 1.0):
-            raise _refuse(path, f"{la}conv1d.weight: a channel with more than one tap or a "
+            raise _damaged(path, f"{la}conv1d.weight: a channel with more than one tap or a "
                                 f"tap other than 1")
         delay = np.where(taps == 1, kc - 1 - np.argmax(conv != 0, axis=1), -1).astype(np.int8)
         parts = [csr(la + n) for n in ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight")]
@@ -427,7 +440,7 @@ def _kinds(chip: dict[str, Any], vocab: int, path: Path
     bits = [k.payload_bits for k in c.kinds]
     counts = [k.ids for k in c.kinds] + [1] * (vocab - c.vocab_size)
     if c.vocab_size > vocab:
-        raise _refuse(path, f"the vocabulary has {vocab} ids, the circuit {c.vocab_size}")
+        raise _damaged(path, f"the vocabulary has {vocab} ids, the circuit {c.vocab_size}")
     offs = list(offs) + list(range(c.vocab_size, vocab))
     bits = bits + [0] * (vocab - c.vocab_size)
     if len(offs) > MAX_KINDS:
@@ -476,7 +489,7 @@ def _packed_embedding(t: Tensors | Prefixed, path: Path, H: int, dtype: str
            or np.any((cols < 0) | (cols >= H)) or len(np.unique(cols)) != U
            or not np.all(_exact_in(np.concatenate([const, pal]).astype(np.float64), dtype)))
     if bad:
-        raise _refuse(path, "the structured embedding is inconsistent (its shapes, columns or "
+        raise _damaged(path, "the structured embedding is inconsistent (its shapes, columns or "
                             f"values are not those of a {dtype} table)")
     fixed = np.setdiff1d(np.flatnonzero(const), cols)
     allc = np.concatenate([fixed, cols])
@@ -489,7 +502,7 @@ def _packed_embedding(t: Tensors | Prefixed, path: Path, H: int, dtype: str
         c = np.asarray(codes[r0:r0 + (1 << 15)])
         idx = (np.unpackbits(c, axis=1, bitorder="little")[:, :U] if P <= 2 else c).astype(np.int64)
         if P > 2 and np.any(idx >= P):
-            raise _refuse(path, "the structured embedding names a palette value it lacks")
+            raise _damaged(path, "the structured embedding names a palette value it lacks")
         vals = np.concatenate([np.broadcast_to(const[fixed], (len(c), len(fixed))), pal[idx]],
                               axis=1)[:, order]
         nz = vals != 0
@@ -517,14 +530,14 @@ def _stored_lm_head(t: Tensors | Prefixed, path: Path, kinds, dtype: str
     for off, nb, n in zip(kinds[0].tolist(), kinds[1].tolist(), kinds[3].tolist()):
         nb_r0 = at.get(off)
         if nb_r0 is None or nb_r0[0] != nb or not 0 <= nb_r0[1] <= len(basis) - 1 - nb:
-            raise _refuse(path, f"lm_head.kinds does not hold the circuit's token kind at id "
+            raise _damaged(path, f"lm_head.kinds does not hold the circuit's token kind at id "
                                 f"{off} ({nb} payload bits)")
         blk = basis[nb_r0[1]:nb_r0[1] + 1 + nb][:, used].astype(np.float64)
         for u0 in range(0, n, 1 << 14):
             u = np.arange(u0, min(n, u0 + (1 << 14)))
             bits = ((u[:, None] >> np.arange(nb)) & 1).astype(np.float64)
             if not np.all(_exact_in(blk[0] + bits @ blk[1:], dtype)):
-                raise _refuse(path, f"lm_head row {off + u0}..: its kind's base plus the "
+                raise _damaged(path, f"lm_head row {off + u0}..: its kind's base plus the "
                                     "deltas of its bits is not a number of the dtype")
         out_rows.extend(blk)
     return _rows_csr(np.stack(out_rows), used)
@@ -566,7 +579,7 @@ def _structured_lm_head(t: Tensors, path: Path, kinds) -> tuple[np.ndarray, np.n
             want = base + bits @ deltas
             if np.any(dense(off + u0, off + u0 + len(u)) != want):
                 bad = off + u0 + int(np.argmax(np.any(dense(off + u0, off + u0 + len(u)) != want, axis=1)))
-                raise _refuse(path, f"lm_head row {bad} is not its kind's base row plus the "
+                raise _damaged(path, f"lm_head row {bad} is not its kind's base row plus the "
                                     f"deltas of its payload bits")
         out_rows.append(base)
         out_rows.extend(deltas)

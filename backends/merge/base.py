@@ -22,7 +22,7 @@ from typing import Any
 
 from backends.merge.stfile import Header, MergeError, TensorEntry, read_header
 from common.inputs import InputTooLarge, read_bounded
-from common.outputs import os_reason
+from common.outputs import os_reason, special_kind
 
 MODEL_TYPE = "qwen3_5_text"
 ARCHITECTURE = "Qwen3_5ForCausalLM"
@@ -130,6 +130,9 @@ def read_base(path: str | Path) -> Base:
                          " (give a local Qwen3.5 checkpoint directory)")
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
+        kind = special_kind(cfg_path, follow_symlinks=True)
+        if kind is not None:
+            raise MergeError(f"{cfg_path}: is {kind}, not a regular file")
         raise MergeError(f"base {d}: no config.json (not a Hugging Face checkpoint directory)")
     cfg = read_json(cfg_path, "a config.json")
     if not isinstance(cfg, dict):
@@ -227,6 +230,10 @@ def _weight_files(d: Path) -> list[Header]:
     """The headers of the checkpoint's safetensors files, in shard order."""
     if (d / SINGLE).is_file():
         return [read_header(d / SINGLE)]
+    for name in (SINGLE, INDEX):
+        kind = special_kind(d / name, follow_symlinks=True)
+        if kind is not None:
+            raise MergeError(f"{d / name}: is {kind}, not a regular file")
     if not (d / INDEX).is_file():
         other = sorted(p.name for p in d.iterdir() if p.suffix in (".bin", ".pt", ".pth",
                                                                    ".gguf"))
@@ -243,7 +250,10 @@ def _weight_files(d: Path) -> list[Header]:
     headers = []
     for name in names:
         if not (d / name).is_file():
-            raise MergeError(f"base {d}: shard {name} is missing ({INDEX} names it)")
+            kind = special_kind(d / name, follow_symlinks=True)
+            raise MergeError(f"base {d}: shard {name} "
+                             f"{f'is {kind}, not a regular file' if kind else 'is missing'} "
+                             f"({INDEX} names it)")
         headers.append(read_header(d / name))
     by_name = {h.path.name: h for h in headers}
     for tensor, shard in wmap.items():

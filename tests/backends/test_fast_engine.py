@@ -122,11 +122,18 @@ def _tamper(src: Path, dst: Path, edit) -> Path:
      "the ballast dims differ between embedding rows"),
 ])
 def test_a_checkpoint_that_breaks_a_fact_is_refused(compiled, tmp_path, edit, said):
+    """A fact every checkpoint deltachip writes holds, broken: damaged weights, to be
+    written again (issue 43: not run on hf instead)."""
+    from backends.checkpoint import ChipDirError
     d = _tamper(compiled("counter", "bf16"), tmp_path / "bad", edit)
-    with pytest.raises(FastRefused) as e:
+    with pytest.raises(ChipDirError) as e:
         FastEngine(d)
+    assert not isinstance(e.value, FastRefused) and e.value.damage
     assert said in str(e.value)
-    assert "run it with --engine hf" in str(e.value)
+    assert str(e.value).endswith(": the weights are damaged (every checkpoint `deltachip "
+                                 "compile` and `deltachip merge` write holds it): compile it "
+                                 "again (a merged checkpoint: merge it again)")
+    assert "--engine hf" not in str(e.value)
 
 
 def test_a_value_outside_the_exact_domain_stops_the_stream(compiled, tmp_path):

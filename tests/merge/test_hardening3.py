@@ -240,3 +240,32 @@ def test_merge_cli_no_digests(bases, chips, tmp_path):
     assert r.returncode == 0, r.stderr
     r = cli("--help")
     assert "--no-digests" in r.stdout
+
+
+# ---- class 7: a file that is not a regular file is not called missing ---------------------
+
+def test_non_regular_files_are_named_by_what_they_are(bases, chips, tmp_path):
+    base = _copy(bases["tied"], tmp_path / "cfgdir")
+    (base / "config.json").unlink()
+    (base / "config.json").mkdir()
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert str(e) == f"{base / 'config.json'}: is a directory, not a regular file"
+    base = _copy(bases["sharded"], tmp_path / "fifo")
+    shard = base / "model-00002-of-00011.safetensors"
+    shard.unlink()
+    os.mkfifo(shard)
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert str(e) == (f"base {base}: shard model-00002-of-00011.safetensors is a named pipe "
+                      f"(FIFO), not a regular file (model.safetensors.index.json names it)")
+    base = _copy(bases["tied"], tmp_path / "stdir")
+    (base / "model.safetensors").unlink()
+    (base / "model.safetensors").mkdir()
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert str(e) == f"{base / 'model.safetensors'}: is a directory, not a regular file"
+    chip = _copy(chips["counter"], tmp_path / "chip")
+    (chip / "chip.json").unlink()
+    (chip / "chip.json").mkdir()
+    with pytest.raises(ChipDirError) as e:
+        merge_routed(bases["tied"], tmp_path / "out", chip)
+    assert str(e.value) == (f"{chip / 'chip.json'}: is a directory, not a regular file: "
+                            f"recompile it with `deltachip compile`")
