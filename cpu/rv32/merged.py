@@ -63,17 +63,21 @@ def firmware_elf(spec: str, workdir: Path) -> tuple[str, Path]:
 def load_firmware(spec: str, sizes: Any = None) -> Firmware:
     """The program ``spec`` (see :func:`firmware_elf`) loaded for a core of ``sizes``
     (default the full core); an ELF the core refuses is a MergeError."""
+    from common.inputs import InputTooLarge, read_bounded
+    from cpu.elf import ELF_LIMIT_WHAT, MAX_ELF_BYTES
     from cpu.emulator import ElfError
     from cpu.rv32.build import FULL
     from cpu.rv32.loader import CoreLoadError, load_program
     sizes = sizes or FULL
     with tempfile.TemporaryDirectory(prefix="deltachip-fw-") as tmp:
         name, elf = firmware_elf(spec, Path(tmp))
-        data = elf.read_bytes()
         try:
-            image = load_program(elf, None, sizes)
-        except (ElfError, CoreLoadError) as e:
+            image = load_program(elf, None, sizes)      # reads the ELF with its bound
+            data = read_bounded(elf, MAX_ELF_BYTES, ELF_LIMIT_WHAT)
+        except (ElfError, CoreLoadError, InputTooLarge) as e:
             raise MergeError(f"--firmware {spec}: {e}") from None
+        except OSError as e:
+            raise MergeError(f"--firmware {spec}: cannot read: {e.strerror or e}") from None
     return Firmware(name, Path(spec) if Path(spec).is_file() else elf, hashlib.sha256(data)
                     .hexdigest(), image.images, image.machine.pc, sizes)
 
