@@ -3,9 +3,13 @@
 
 Takes: a merged checkpoint written by ``deltachip merge --firmware calc`` (its bridge:
 backends/merge/bridge.py). Gives: :class:`Chat`, whose :meth:`Chat.reply` streams the
-model's reply to a prompt through plain ``generate()`` (a ``TextStreamer``): when the model
-writes a ``<tool_call>``, the program in its chip runs on the call's text and the answer
-comes back as text, inside ``<tool_response>``, and generation goes on. Routed layout: the
+model's reply to a prompt through plain ``generate()`` (a ``TextStreamer``). The prompt is
+a user turn rendered by the base's own chat template with the calc tool offered as that
+template expects (Qwen3.5's: the tools block in the system turn), in non-thinking mode
+unless ``thinking``. When the model closes a ``<tool_call>`` (outside a think block), the
+program in its chip runs on the call's text (XML or JSON form) and the answer comes back
+as the tool turn the template renders (a user turn of ``<tool_response>`` blocks, then a
+new assistant turn), and generation goes on; the streamer shows it as that text. Routed layout: the
 merged model itself does it inside ``generate()``; stock layout: plain transformers, the
 call run apart by :class:`backends.merge.stock_calls.StockCalls` (plain modules cannot keep
 a chip run out of the base's caches). :attr:`Chat.calls` records every call: the call's tokens, the chip's
@@ -34,7 +38,7 @@ CALC_TOOL = {"type": "function", "function": {
 class Chat:
     """A merged checkpoint loaded for chatting (see the module docstring)."""
 
-    def __init__(self, path: str | Path, dtype: str = "bf16"):
+    def __init__(self, path: str | Path, dtype: str = "bf16", thinking: bool = False):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -56,28 +60,41 @@ class Chat:
                 from backends.merge.stock_calls import StockCalls
                 from backends.numbers import DTYPES
                 self.model = load_checked(d, DTYPES[manifest["dtype"]], "merge it again")
-                self.driver = StockCalls(d, self.model)
+                self.driver = None
             else:
                 self.model = AutoModelForCausalLM.from_pretrained(
                     str(d), trust_remote_code=True,
                     dtype=torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
-            self.tok = AutoTokenizer.from_pretrained(str(d), trust_remote_code=True)
+            # the loaded model's config: AutoTokenizer does not read config.json (a routed
+            # merge's names remote code, which would ask to run it)
+            self.tok = AutoTokenizer.from_pretrained(str(d), config=self.model.config)
+            if manifest["layout"] == "stock":
+                self.driver = StockCalls(d, self.model, self.tok)
+        self.thinking = thinking
         self.calls: list[dict[str, Any]] = []
 
-    def prompt_ids(self, prompt: str) -> Any:
-        """The prompt as a user turn of the base's chat template, the calc tool offered."""
+    def prompt_text(self, prompt: str) -> str:
+        """The prompt as a user turn of the base's chat template, the calc tool offered, the
+        generation prompt in thinking or non-thinking mode; Qwen's form where the base has
+        no template."""
         msgs = [{"role": "user", "content": prompt}]
-        try:
-            text = self.tok.apply_chat_template(msgs, tools=[CALC_TOOL], tokenize=False,
-                                                add_generation_prompt=True)
-        except Exception:                   # a template without tools, or none at all
-            text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-        return self.tok(text, return_tensors="pt").input_ids
+        if self.tok.chat_template is None:
+            return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        return self.tok.apply_chat_template(msgs, tools=[CALC_TOOL], tokenize=False,
+                                            add_generation_prompt=True,
+                                            enable_thinking=self.thinking)
 
-    def reply(self, prompt: str, max_new_tokens: int = 512, out: TextIO = sys.stdout,
+    def prompt_ids(self, prompt: str) -> Any:
+        """:meth:`prompt_text`'s ids."""
+        return self.tok(self.prompt_text(prompt), return_tensors="pt",
+                        add_special_tokens=False).input_ids
+
+    def reply(self, prompt: str, max_new_tokens: int = 512, out: TextIO | None = None,
               do_sample: bool = False, start: str = "", **generate: Any) -> str:
         """Stream the reply to ``prompt`` on ``out`` (the reply begins with ``start``: the
-        model's turn is prefilled with it, e.g. a tool call); returns it whole."""
+        model's turn is prefilled with it, e.g. a tool call); returns it whole. ``out``:
+        where to stream (default: standard output, as it is at the call)."""
+        out = out if out is not None else sys.stdout
         from transformers import TextStreamer
 
         class _Out(TextStreamer):
@@ -88,7 +105,8 @@ class Chat:
         if start:
             import torch
             out.write(start)
-            ids = torch.cat([ids, self.tok(start, return_tensors="pt").input_ids], dim=1)
+            ids = torch.cat([ids, self.tok(start, return_tensors="pt",
+                                           add_special_tokens=False).input_ids], dim=1)
         streamer = _Out(self.tok, skip_prompt=True)
         options = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, streamer=streamer,
                        pad_token_id=self.tok.pad_token_id or 0, **generate)

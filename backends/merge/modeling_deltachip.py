@@ -60,8 +60,8 @@ class DeltachipRoutedConfig(PreTrainedConfig):
     #: (``model.layers.L.….weight``) -> [out_features, in_features, nonzeros]
     chip_sparse: dict | None = None
     #: the tool-call bridge (a merge with the RISC-V core and a program): the ids of
-    #: <tool_call>, </tool_call>, each byte's text id, the answer's prefix and suffix ids,
-    #: and the core's token ids (backends/merge/bridge.py); None: no bridge
+    #: <tool_call>, </tool_call>, <|im_start|>, <think>, </think>, blank text, the tool
+    #: turn's text, and the core's token ids (backends/merge/bridge.py); None: no bridge
     chip_bridge: dict | None = None
 
 
@@ -313,25 +313,86 @@ class DeltachipChip(nn.Module):
 
 
 class ToolCalls:
-    """One row's tool-call state: inside a call (and its text ids so far), the answer's
-    ids still to be given, and a record of every call answered (what ``deltachip chat
-    --show-trace`` shows)."""
+    """One row's tool-call state, following the conversation id by id (:meth:`follow`):
+    inside a think block (and whether the turn's had anything but blank text), inside a call
+    (and its text ids so far), the calls of the current assistant turn not yet answered; the
+    answer's ids still to be given (the tool turn); and a record of every call answered
+    (what ``deltachip chat --show-trace`` shows)."""
 
     def __init__(self):
         self.in_call = False
         self.ids: list[int] = []
+        #: the calls closed in this turn and not yet answered (each its text ids)
+        self.calls: list[list[int]] = []
+        #: inside a think block; the turn's think block held more than blank text
+        self.in_think = False
+        self.thought = False
         self.pending: list[int] = []
         self.log: list[dict] = []
         #: the program parked between calls (the chip's state, waiting on the UART's input),
         #: or None: the next call runs it from its start
         self.parked = None
 
+    def follow(self, cfg: dict, i: int) -> bool:
+        """Follow text id ``i``; True when it closes a call to be answered (``</tool_call>``
+        outside a think block: a call written while thinking is reasoning, not run)."""
+        think = cfg.get("think") or (None, None)
+        if i == cfg.get("turn_start"):          # a new turn: nothing of the last is pending
+            self.in_call, self.in_think, self.thought, self.calls = False, False, False, []
+        elif self.in_think:
+            if i == think[1]:
+                self.in_think = False
+            elif i not in cfg["_blank"]:
+                self.thought = True
+        elif i == cfg["call_open"]:
+            self.in_call, self.ids = True, []
+        elif self.in_call and i == cfg["call_close"]:
+            self.in_call = False
+            self.calls.append(self.ids)
+            return True
+        elif self.in_call:
+            self.ids.append(i)
+        elif i == think[0]:
+            self.in_think = True
+        return False
+
     def fork(self) -> "ToolCalls":
         """A copy of this row's state for another row, without the parked program."""
-        new = ToolCalls()
-        new.in_call, new.ids, new.pending, new.log = (self.in_call, list(self.ids),
-                                                      list(self.pending), list(self.log))
+        new = copy.copy(self)
+        new.ids, new.calls, new.pending, new.log = (list(self.ids), list(self.calls),
+                                                   list(self.pending), list(self.log))
+        new.parked = None
         return new
+
+
+def bridge_config(cfg: dict) -> dict:
+    """The bridge's config with its lookup sets made (``_blank``, ``_long``)."""
+    if "_blank" not in cfg:
+        cfg = dict(cfg)
+        cfg["_blank"] = frozenset(cfg.get("blank") or ())
+        cfg["_long"] = {i: (first, n) for i, first, n in cfg.get("long") or ()}
+    return cfg
+
+
+class BridgeEos:
+    """generate()'s end-of-sequence criterion, but not on an end-of-sequence id the bridge
+    gave: the tool turn's own ``<|im_end|>`` (the bridge owns those positions). Such an id
+    follows ``</tool_call>`` or an id that precedes it in a tool turn the bridge gave
+    (``after``: those ids); judged on the sequence itself, so beam search's continuations
+    are judged as greedy and sampled rows are."""
+
+    def __init__(self, inner, after: set):
+        self.inner, self.after = inner, after
+        self.eos_token_id = inner.eos_token_id
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        done = self.inner(input_ids, scores, **kwargs)
+        if input_ids.shape[1] >= 2:
+            prev = input_ids[:, -2].tolist()
+            owned = torch.tensor([p in self.after for p in prev], dtype=torch.bool,
+                                 device=done.device)
+            done = done & ~owned
+        return done
 
 
 class BridgeTables(nn.Module):
@@ -350,6 +411,9 @@ class BridgeTables(nn.Module):
 
 #: the longest call read (in text tokens); a longer one is answered with an error
 MAX_CALL_TOKENS = 4096
+#: the entry-point group under which deltachip offers a faster runner of tool calls
+#: (``model -> runner or None``); this file imports nothing of deltachip
+RUNNER_ENTRY_POINT = "deltachip.call_runner"
 
 
 class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
@@ -377,6 +441,8 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         if bridge and "text" not in bridge:      # a core that reads bytes: their table
             self.chip.bridge = BridgeTables(config.chip_token_offset, bridge["text_bytes"])
         self._runner = None                 # the fast engine's call runner, when it loads
+        #: the ids an end-of-sequence id follows in the tool turns given (:class:`BridgeEos`)
+        self._eos_after: set[int] = {bridge["call_close"]} if bridge else set()
         self.post_init()
 
     @classmethod
@@ -527,14 +593,18 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
     # ---- the tool-call bridge ------------------------------------------------------------
     def _bridge(self, ids: torch.Tensor | None, logits: torch.Tensor,
                 cache: RoutedCache) -> None:
-        """Follow each row's text for tool calls. A call that ends at the last position
-        (``</tool_call>`` just read) is run by the chip; its answer, a tool turn holding the
-        bytes the program printed, is then given one token per position: the logits of a
-        row with an answer pending are -inf but at its next id, so greedy and sampled
-        generation both take it."""
+        """Follow each row's text for tool calls (:class:`ToolCalls`). A call that ends at
+        the last position (``</tool_call>`` just read, outside a think block) is run by the
+        chip, with every other unanswered call of the turn; the answer, the tool turn as the
+        base's chat template renders it (results in ``<tool_response>``, then the
+        generation prompt), is then given one token per position: the logits of a row with
+        an answer pending are -inf but at its next id, so greedy and sampled generation both
+        take it, and the end-of-sequence criterion does not stop on those ids
+        (:class:`BridgeEos`)."""
         cfg = self.config.chip_bridge
         if not cfg or ids is None:
             return
+        cfg = self._bridge_cfg
         if cache.calls is None:
             cache.calls = [ToolCalls() for _ in range(ids.shape[0])]
         T = ids.shape[1]
@@ -544,62 +614,96 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
                 if st.pending:
                     if i == st.pending[0]:
                         st.pending.pop(0)
-                        continue
-                    st.pending = []             # the caller fed something else: drop it
-                if i == cfg["call_open"]:
-                    st.in_call, st.ids = True, []
-                elif st.in_call and i == cfg["call_close"]:
-                    st.in_call = False
-                    if t == T - 1:              # a call in the history is not run again
-                        st.pending = self._answer(st.ids, st)
-                elif st.in_call:
-                    st.ids.append(i)
+                    else:
+                        st.pending = []         # the caller fed something else: drop it
+                if st.follow(cfg, i) and t == T - 1 and not st.pending:
+                    st.pending = self._answer(st)   # a call in the history is not run again
             if st.pending:
                 logits[b, -1] = float("-inf")
                 logits[b, -1, st.pending[0]] = 0.0
 
-    def _answer(self, ids: list[int], st: ToolCalls) -> list[int]:
-        """The ids of the answer to the call whose text ids are ``ids`` (row state ``st``):
-        the ids themselves go to a core that reads text tokens (``chip_bridge.text``), their
-        bytes to one that reads bytes."""
-        cfg = self.config.chip_bridge
-        call = (lambda: list(ids)) if "text" in cfg else (lambda: self.chip.bridge.text(ids))
-        return answer_call(self._chip_runner, cfg, call, len(ids), st)
+    @property
+    def _bridge_cfg(self) -> dict:
+        return bridge_config(self.config.chip_bridge)
 
-    def _run_call(self, text: bytes, st: ToolCalls) -> tuple[bytes, dict]:
+    def _get_stopping_criteria(self, *args, **kwargs):
+        """generate()'s criteria, the end-of-sequence one not stopping on the bridge's ids."""
+        from transformers.generation.stopping_criteria import EosTokenCriteria
+        criteria = super()._get_stopping_criteria(*args, **kwargs)
+        if self.config.chip_bridge:
+            for k, c in enumerate(criteria):
+                if isinstance(c, EosTokenCriteria):
+                    criteria[k] = BridgeEos(c, self._eos_after)
+        return criteria
+
+    def _answer(self, st: ToolCalls) -> list[int]:
+        """The ids of the tool turn that answers row state ``st``'s unanswered calls: the
+        ids themselves go to a core that reads text tokens (``chip_bridge.text``), their
+        bytes to one that reads bytes."""
+        cfg = self._bridge_cfg
+        calls, st.calls = st.calls, []
+        if "text" in cfg:
+            texts = [(lambda c=c: list(c)) for c in calls]
+        else:
+            texts = [(lambda c=c: self.chip.bridge.text(c)) for c in calls]
+        ids = answer_calls(self._chip_runner, cfg, texts, [len(c) for c in calls], st,
+                           self._tokenize)
+        eos = set(self.generation_config.eos_token_id
+                  if isinstance(self.generation_config.eos_token_id, list)
+                  else [self.generation_config.eos_token_id])
+        self._eos_after.update(p for p, i in zip(ids, ids[1:]) if i in eos)
+        return ids
+
+    def _run_call(self, text: bytes | list[int], st: ToolCalls) -> tuple[bytes, dict]:
         """:func:`call_output` on this model's runner (:meth:`_chip_runner`)."""
-        return call_output(self._chip_runner(), self.config.chip_bridge, text, st)
+        return call_output(self._chip_runner(), self._bridge_cfg, text, st)
+
+    def _tokenize(self, text: str) -> list[int]:
+        """``text`` as the merged tokenizer (the base's, with the chip's names) encodes it."""
+        if getattr(self, "_tok", None) is None:
+            from transformers import AutoTokenizer
+            # the model's own config: AutoTokenizer asks nothing about remote code
+            self._tok = AutoTokenizer.from_pretrained(self.config._name_or_path,
+                                                      config=self.config)
+        return self._tok(text, add_special_tokens=False).input_ids
 
     def _chip_runner(self):
-        """The runner of tool calls: deltachip's fast engine where it is installed (the
-        same weights, bit-identical), else this model's own chip modules."""
+        """The runner of tool calls: the one deltachip provides where it is installed (its
+        entry point ``deltachip.call_runner``: the fast engine on the same weights,
+        bit-identical), else this model's own chip modules (transformers, slow)."""
         if self._runner is None:
-            try:
-                self._runner = FastChip(self.config._name_or_path)
-            except Exception as e:          # not installed, or refused: say why, once
-                import sys
-                print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
-                      file=sys.stderr)
-                self._runner = ModuleChip(self.chip)
+            from importlib.metadata import entry_points
+            runner = None
+            for ep in entry_points(group=RUNNER_ENTRY_POINT):
+                runner = ep.load()(self)
+                break
+            self._runner = runner if runner is not None else ModuleChip(self.chip)
         return self._runner
 
 
-def answer_call(runner, cfg: dict, text, n_ids: int, st: ToolCalls) -> list[int]:
-    """The text ids of the answer to a call of ``n_ids`` text ids that ``text()`` gives
-    (as :func:`run_call` takes them: the ids, or their bytes), for row state ``st``: what :func:`call_output` gives (or an error when the call
-    is too long), between the bridge's prefix and suffix. The call is recorded in
+def answer_calls(runner, cfg: dict, texts: list, n_ids: list[int], st: ToolCalls,
+                 tokenize) -> list[int]:
+    """The ids of the tool turn answering calls of ``n_ids`` text ids each, whose text
+    ``texts[k]()`` gives (as :func:`run_call` takes it: the ids, or their bytes), for row
+    state ``st``: each call's output (:func:`call_output`, or an error when the call is too
+    long) in the bridge's tool turn (``cfg["turn"]``: thinking or plain form, by whether the
+    turn's think block held anything), encoded by ``tokenize``. Each call is recorded in
     ``st.log``."""
-    if n_ids > MAX_CALL_TOKENS:
-        out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
-                    {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None,
-                     "resumed": False})
-    else:
-        out, rec = call_output(runner(), cfg, text(), st)
-    rec.update(call_tokens=n_ids, output=out.decode("utf-8", "replace"))
-    st.log.append(rec)
-    if out.endswith(b"\n"):
-        out = out[:-1]
-    return list(cfg["prefix"]) + [cfg["byte_ids"][c] for c in out] + list(cfg["suffix"])
+    results = []
+    for text, n in zip(texts, n_ids):
+        if n > MAX_CALL_TOKENS:
+            out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
+                        {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None,
+                         "resumed": False})
+        else:
+            out, rec = call_output(runner(), cfg, text(), st)
+        rec.update(call_tokens=n, output=out.decode("utf-8", "replace"))
+        st.log.append(rec)
+        if out.endswith(b"\n"):
+            out = out[:-1]
+        results.append(out.decode("utf-8", "replace"))
+    before, between, after = cfg["turn"]["thinking" if st.thought else "plain"]
+    return tokenize(before + between.join(results) + after)
 
 
 def call_output(chip, cfg: dict, text: bytes | list[int], st: ToolCalls
@@ -660,7 +764,8 @@ class CallFeed:
 
     def __init__(self, cfg: dict, call: bytes | list[int]):
         self.in0, self.text0 = cfg["in"], cfg.get("text")
-        self.ids = None if isinstance(call, (bytes, bytearray)) else list(call)
+        self.ids = None if isinstance(call, (bytes, bytearray)) else \
+            split_long(list(call), bridge_config(cfg)["_long"])
         self.data = bytes(call) + b"\0" if self.ids is None else b""
         self.pos, self.tpos, self.read = 0, -1, False
 
@@ -683,6 +788,18 @@ class CallFeed:
         if m == 2 and 0 <= self.tpos < len(self.ids):
             return self.text0 + self.ids[self.tpos]
         return self.in0
+
+
+def split_long(ids: list[int], long: dict) -> list[int]:
+    """``ids`` with each id longer than the core reads followed by its pieces (``long``:
+    id -> (first piece, pieces); backends/merge/bridge.py, ``text_pieces``)."""
+    out = []
+    for i in ids:
+        out.append(i)
+        if i in long:
+            first, n = long[i]
+            out += range(first, first + n)
+    return out
 
 
 def run_call(chip, cfg: dict, text: bytes | list[int], parked=None) -> dict:
@@ -741,43 +858,6 @@ def run_call(chip, cfg: dict, text: bytes | list[int], parked=None) -> dict:
             "fault": fault, "ended": ended,
             "parked": (state, park) if park is not None and not fault else None,
             "resumed": parked is not None}
-
-
-class FastChip:
-    """Runs of the merged checkpoint's chip part on deltachip's fast engine (where deltachip
-    is installed), with the merged program's memory images (``deltachip/roms``)."""
-    name = "fast"
-
-    def __init__(self, path: str):
-        import numpy as np
-        from backends.fast.engine import FastEngine
-        self.eng = FastEngine(path, roms=self.roms(path), threads=1)
-        self._np = np
-        self._stop: tuple | None = None
-
-    @staticmethod
-    def roms(path) -> dict:
-        """The merged program's memory images (``deltachip/roms/*.hex``, as the manifest
-        names them): memory name -> words."""
-        import json
-        from pathlib import Path
-        d = Path(path)
-        manifest = json.loads((d / "deltachip.json").read_text())
-        return {mem: [int(w, 16) for w in (d / rel).read_text().split()]
-                for mem, rel in (manifest["chip"].get("roms") or {}).items()}
-
-    def new(self):
-        """The state of a new run (a fast-engine stream at its start)."""
-        return self.eng.new_cache(1)
-
-    def advance(self, state, first: int, n: int, stop: set[int]) -> list[int]:
-        """As :meth:`ModuleChip.advance`."""
-        key = tuple(sorted(stop))
-        if self._stop is None or self._stop[0] != key:
-            bits = self._np.zeros(self.eng.model.vocab, dtype=bool)
-            bits[list(stop)] = True
-            self._stop = (key, self._np.packbits(bits, bitorder="little"))
-        return self.eng.run(state, 0, first, n, self._stop[1]).tolist()
 
 
 __all__ = ["DeltachipRoutedConfig", "DeltachipRoutedForCausalLM", "RoutedCache"]

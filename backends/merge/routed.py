@@ -418,13 +418,13 @@ def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:
 def _bridge(base: Base, chip: _Chip) -> Any:
     """The tool-call bridge (:mod:`backends.merge.bridge`) of a merge with the core, or why
     there is none."""
-    from backends.merge.bridge import build
+    from backends.merge.bridge import build, tool_turn
     p = base.extra.get("tokenizer.json")
     if p is None:
         return "the base has no tokenizer.json"
     tok = read_json(p, "a tokenizer.json")
-    return build(tok, base.vocab_size, chip.chip) if isinstance(tok, dict) else \
-        "the base's tokenizer.json is not a JSON object"
+    return build(tok, base.vocab_size, chip.chip, tool_turn(base.path)) \
+        if isinstance(tok, dict) else "the base's tokenizer.json is not a JSON object"
 
 
 def _tables_entry(chip: _Chip, packed: Any) -> dict[str, Any]:

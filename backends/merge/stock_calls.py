@@ -3,14 +3,15 @@
 In the stock layout every position runs through every layer, so plain transformers cannot
 keep a chip run's positions out of the base's caches; a call is therefore run apart, by this
 driver, as ``deltachip chat`` does for a stock merge. Generation is the plain model's own
-``generate()`` on the text, stopped where the model writes ``</tool_call>``; the call's text
-(the bytes of its ids, from the bridge's tables) is the program's UART input, run on the
-chip in a cache of its own (the fast engine on the chip's tensors cut from the merged files,
-else plain transformers on the widened model, a token at a time: both give the chip's exact
-tokens); the answer, ``<tool_response>`` around the bytes the program printed, is appended
-as text ids and generation goes on from the same text cache. The program parks between
-calls and the next call resumes it, as in the routed layout
-(:func:`backends.merge.modeling_deltachip.answer_call` runs a call in both).
+``generate()`` on the text, stopped where the model closes a call that is to be answered
+(``</tool_call>`` outside a think block: the same :class:`ToolCalls` state as the routed
+model's); the call's text (the bytes of its ids, from the bridge's tables) is the program's
+UART input, run on the chip in a cache of its own (:func:`backends.merge.runners.stock_runner`:
+the fast engine on the chip's tensors cut from the merged files, else plain transformers on
+the widened model, a token at a time: both give the chip's exact tokens); the answer, the
+tool turn as the base's chat template renders it (:func:`answer_calls`), is appended as
+text ids and generation goes on from the same text cache. The program parks between calls
+and the next call resumes it, as in the routed layout.
 
 Takes: a stock merge written with ``--firmware`` (its manifest's ``bridge``: the ids and
 tables of :mod:`backends.merge.bridge`) and the widened model loaded from it. Gives:
@@ -19,50 +20,36 @@ answered (batch 1), and whose ``state.log`` records every call.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from backends.checkpoint import ChipDirError
-from backends.merge.modeling_deltachip import BridgeTables, FastChip, ToolCalls, answer_call
-
-
-class EngineChip:
-    """:func:`backends.merge.modeling_deltachip.run_call`'s runner on any chip engine, a
-    token at a time (its ``decode_step``)."""
-
-    def __init__(self, eng: Any, name: str = "transformers"):
-        self.eng, self.name = eng, name
-
-    def new(self) -> Any:
-        return self.eng.new_cache(1)
-
-    def advance(self, state: Any, first: int, n: int, stop: set[int]) -> list[int]:
-        out, tok = [], first
-        for _ in range(n):
-            tok = int(self.eng.decode_step([tok], state)[0])
-            out.append(tok)
-            if tok in stop:
-                break
-        return out
+from backends.merge.modeling_deltachip import (BridgeTables, ToolCalls, answer_calls,
+                                               bridge_config)
 
 
 class _CallClosed:
-    """Stops ``generate()`` right after the model writes ``</tool_call>``."""
+    """Stops ``generate()`` right after the model closes a call to be answered: each new id
+    is followed by the row's :class:`ToolCalls` state."""
 
-    def __init__(self, close: int):
-        self.close = close
+    def __init__(self, cfg: dict, state: ToolCalls):
+        self.cfg, self.state, self.seen = cfg, state, 0
+        self.due = False
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kw: Any) -> torch.Tensor:
-        return input_ids[:, -1] == self.close
+        row = input_ids[0].tolist()
+        for i in row[self.seen:]:
+            self.due = self.state.follow(self.cfg, i)
+        self.seen = len(row)
+        return torch.tensor([self.due], device=input_ids.device)
 
 
 class StockCalls:
     """The tool-call driver of the stock merge at ``d`` (see the module docstring)."""
 
-    def __init__(self, d: str | Path, model: Any):
+    def __init__(self, d: str | Path, model: Any, tokenizer: Any = None):
         from safetensors.torch import load_file
         from backends.merge.engine import read_manifest
         self.d, self.model = Path(d), model
@@ -72,7 +59,7 @@ class StockCalls:
             why = bridge.get("why", "it was merged without --firmware")
             raise ChipDirError(f"{self.d}: this merged model answers no tool calls ({why})")
         try:
-            self.cfg = dict(bridge["config"])
+            self.cfg = bridge_config(bridge["config"])
             t = load_file(str(self.d / bridge["tables"]))
             offsets, data = t["chip.bridge.text_offsets"], t["chip.bridge.text_data"]
         except (OSError, KeyError, TypeError, ValueError) as e:
@@ -89,43 +76,42 @@ class StockCalls:
         self.text = self.tables.text
         self.state = ToolCalls()
         self._runner: Any = None
+        self._tok = tokenizer
 
     def runner(self) -> Any:
-        """The fast engine on the merged files where it loads, else plain transformers on
-        the loaded model (said once on stderr)."""
+        """:func:`backends.merge.runners.stock_runner`, made once."""
         if self._runner is None:
-            try:
-                self._runner = FastChip(str(self.d))
-            except Exception as e:          # refused or not built: say why, once
-                from backends.merge.engine import StockEngine
-                print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
-                      file=sys.stderr)
-                self._runner = EngineChip(StockEngine(self.d, model=self.model,
-                                                      roms=FastChip.roms(self.d)))
+            from backends.merge.runners import stock_runner
+            self._runner = stock_runner(self.d, self.model)
         return self._runner
+
+    def tokenize(self, text: str) -> list[int]:
+        if self._tok is None:
+            from transformers import AutoTokenizer
+            self._tok = AutoTokenizer.from_pretrained(str(self.d), config=self.model.config)
+        return self._tok(text, add_special_tokens=False).input_ids
 
     @torch.no_grad()
     def generate(self, ids: torch.Tensor, max_new_tokens: int = 512, streamer: Any = None,
                  **generate: Any) -> torch.Tensor:
-        """``model.generate(ids, ...)`` (batch 1) in which every ``<tool_call>`` the model
-        writes is answered: the ids, prompt and all, with the answers in the text. The
-        answers count toward ``max_new_tokens``; so does everything generated."""
+        """``model.generate(ids, ...)`` (batch 1) in which every call the model closes is
+        answered: the ids, prompt and all, with the tool turns in the text. The answers
+        count toward ``max_new_tokens``; so does everything generated."""
         from transformers import DynamicCache, StoppingCriteriaList
         if ids.shape[0] != 1:
             raise ValueError("the stock layout's driver generates one sequence at a time")
         cache = DynamicCache(config=self.model.config)
-        stop = StoppingCriteriaList([_CallClosed(self.cfg["call_close"])])
+        stop = _CallClosed(self.cfg, self.state)
         seq, left = ids, max_new_tokens
-        open_, close = self.cfg["call_open"], self.cfg["call_close"]
         while left > 0:
-            row = seq[0].tolist()
-            # the last <tool_call> or </tool_call> before the last id
-            last = next((i for i in range(len(row) - 2, -1, -1) if row[i] in (open_, close)),
-                        None)
-            if row[-1] == close and last is not None and row[last] == open_:  # a call closed
-                call = row[last + 1:-1]
-                answer = answer_call(self.runner, self.cfg, lambda: self.text(call),
-                                     len(call), self.state)[:left]
+            stop(seq, None)                 # the ids not yet followed (the prompt, answers)
+            if stop.due:                    # a call closed at the last id: answer the turn
+                stop.due = False
+                calls, self.state.calls = self.state.calls, []
+                answer = answer_calls(self.runner, self.cfg,
+                                      [(lambda c=c: self.text(c)) for c in calls],
+                                      [len(c) for c in calls], self.state,
+                                      self.tokenize)[:left]
                 left -= len(answer)
                 seq = torch.cat([seq, torch.tensor([answer], dtype=seq.dtype)], dim=1)
                 if streamer is not None:
@@ -134,10 +120,11 @@ class StockCalls:
                     streamer.end()
                 continue
             out = self.model.generate(seq, cache=cache, max_new_tokens=left,
-                                      stopping_criteria=stop, streamer=streamer, **generate)
+                                      stopping_criteria=StoppingCriteriaList([stop]),
+                                      streamer=streamer, **generate)
             new = out[0, seq.shape[1]:].tolist()
             left -= len(new)
             seq = out
-            if not new or new[-1] != close:
+            if not new or not stop.due:
                 break
         return seq

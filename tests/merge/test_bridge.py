@@ -67,10 +67,16 @@ def ref_answer(calc_elf, text: str) -> str:
     return out[:-1] if out.endswith("\n") else out
 
 
+#: the tool turn of a base whose template renders none (the toy base's): Qwen's form
+TURN_OPEN = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+TURN_CLOSE = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
 def answer_of(tok, ids: list[int]) -> str:
+    """The result in a tool turn: ids that decode to the turn, the result inside."""
     text = tok.decode(ids)
-    assert text.startswith("\n<tool_response>\n"), text
-    return text[len("\n<tool_response>\n"):text.index("\n</tool_response>\n")]
+    assert text.startswith(TURN_OPEN) and TURN_CLOSE in text, text
+    return text[len(TURN_OPEN):text.index(TURN_CLOSE)]
 
 
 def generate_call(model, tok, call: str, **kw):
@@ -114,7 +120,7 @@ def test_streaming_shows_the_answer(model, tok):
     th.start()
     text = "".join(streamer)
     th.join()
-    assert text.startswith("\n<tool_response>\n42\n</tool_response>\n")
+    assert text.startswith(TURN_OPEN + "42" + TURN_CLOSE)
 
 
 def bridge_module(model):
@@ -177,8 +183,8 @@ def test_later_calls_resume_the_parked_program(model, tok, calc_elf):
         return answer_of(tok, got)
     with torch.no_grad():
         a1 = answer(tok(PROMPT + "<tool_call>\n" + call_text("2**64") + "\n</tool_call>").input_ids)
-        a2 = answer(tok(" and then <tool_call>\n" + call_text("2**64") + "\n</tool_call>").input_ids)
-        a3 = answer(tok(" and <tool_call></tool_call>").input_ids)
+        a2 = answer(tok("then <tool_call>\n" + call_text("2**64") + "\n</tool_call>").input_ids)
+        a3 = answer(tok("and <tool_call></tool_call>").input_ids)
     log = cache.calls[0].log
     assert a1 == a2 == str(2 ** 64)
     assert a3 == "error: no expression given (example input: 2**100)"
@@ -192,7 +198,9 @@ def test_beam_search_answers_the_call(model, tok):
     program stays with one row only (the others run their next call from the start)."""
     new, cache = generate_call(model, tok, call_text("6*7"), num_beams=2, do_sample=False,
                                max_new_tokens=20)
-    assert answer_of(tok, new) == "42"
+    # beam search's own bookkeeping ends a beam at the tool turn's closing <|im_end|> (a
+    # known limit, docs/merge.md): the answer is there, the new assistant turn is not
+    assert tok.decode(new).startswith(TURN_OPEN + "42\n</tool_response><|im_end|>")
     mod = bridge_module(model)
     a, b = mod.ToolCalls(), mod.ToolCalls()
     a.parked, b.parked, a.log = object(), object(), [{"tokens": 1}]
@@ -286,10 +294,9 @@ def test_deltachip_chat_end_to_end(merged_calc, capfd):
     from deltachip.cli import main
     call = "<tool_call>\n" + call_text("2**100") + "\n</tool_call>"
     assert main(["chat", str(merged_calc), "--prompt", "What is 2**100?", "--max-new-tokens",
-                 "45", "--assistant-start", call, "--show-trace"]) == 0
+                 "60", "--assistant-start", call, "--show-trace"]) == 0
     out, err = capfd.readouterr()
-    assert out.startswith(call + "\n<tool_response>\n1267650600228229401496703205376\n"
-                                 "</tool_response>\n")
+    assert out.startswith(call + TURN_OPEN + "1267650600228229401496703205376" + TURN_CLOSE)
     assert "[tool call 1: " in err and "instructions" in err and "on fast" in err
     assert main(["chat", str(merged_calc.parent), "--prompt", "x"]) == 2
 

@@ -1,0 +1,101 @@
+"""Runners of tool calls on a merged checkpoint's chip, on deltachip's engines.
+
+A runner gives :func:`backends.merge.modeling_deltachip.run_call` the chip's ids: ``new()``
+(a run's state) and ``advance(state, first, n, stop)`` (the chip's ids after feeding
+``first``: at most ``n``, ending at one in ``stop``). The shipped modeling file has its own
+(:class:`~backends.merge.modeling_deltachip.ModuleChip`, transformers' modules, a token at
+a time); where deltachip is installed, :func:`routed_runner` (the entry point
+``deltachip.call_runner``) gives it the fast engine instead, and the stock driver takes
+:func:`stock_runner`.
+
+Takes: a merged checkpoint directory (its chip's tensors and ``deltachip/roms``). Gives:
+:class:`FastChip`, :class:`EngineChip`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.errors import UserError
+
+
+class FastChip:
+    """Runs of the merged checkpoint's chip part on the fast engine, with the merged
+    program's memory images (``deltachip/roms``)."""
+    name = "fast"
+
+    def __init__(self, path: str | Path):
+        from backends.fast.engine import FastEngine
+        self.eng = FastEngine(str(path), roms=self.roms(path), threads=1)
+        self._stop: tuple | None = None
+
+    @staticmethod
+    def roms(path: str | Path) -> dict:
+        """The merged program's memory images (``deltachip/roms/*.hex``, as the manifest
+        names them): memory name -> words."""
+        from backends.merge.engine import read_manifest
+        d = Path(path)
+        manifest = read_manifest(d)
+        return {mem: [int(w, 16) for w in (d / rel).read_text().split()]
+                for mem, rel in (manifest["chip"].get("roms") or {}).items()}
+
+    def new(self) -> Any:
+        """The state of a new run (a fast-engine stream at its start)."""
+        return self.eng.new_cache(1)
+
+    def advance(self, state: Any, first: int, n: int, stop: set[int]) -> list[int]:
+        key = tuple(sorted(stop))
+        if self._stop is None or self._stop[0] != key:
+            bits = np.zeros(self.eng.model.vocab, dtype=bool)
+            bits[list(stop)] = True
+            self._stop = (key, np.packbits(bits, bitorder="little"))
+        return self.eng.run(state, 0, first, n, self._stop[1]).tolist()
+
+
+class EngineChip:
+    """A runner on any chip engine, a token at a time (its ``decode_step``)."""
+
+    def __init__(self, eng: Any, name: str = "transformers"):
+        self.eng, self.name = eng, name
+
+    def new(self) -> Any:
+        return self.eng.new_cache(1)
+
+    def advance(self, state: Any, first: int, n: int, stop: set[int]) -> list[int]:
+        out, tok = [], first
+        for _ in range(n):
+            tok = int(self.eng.decode_step([tok], state)[0])
+            out.append(tok)
+            if tok in stop:
+                break
+        return out
+
+
+def _fast(path: str | Path) -> FastChip | None:
+    """The fast engine on the merged files, or None where it refuses them (said once on
+    stderr, with its reason)."""
+    try:
+        return FastChip(path)
+    except UserError as e:
+        print(f"deltachip: tool calls run on transformers' modules (slow): {e}",
+              file=sys.stderr)
+        return None
+
+
+def routed_runner(model: Any) -> FastChip | None:
+    """The entry point ``deltachip.call_runner``: the fast engine for a routed model loaded
+    from its directory (None: the model runs calls on its own modules)."""
+    return _fast(model.config._name_or_path)
+
+
+def stock_runner(d: str | Path, model: Any) -> FastChip | EngineChip:
+    """The stock driver's runner: the fast engine on the merged files, else plain
+    transformers on the loaded widened model."""
+    fast = _fast(d)
+    if fast is not None:
+        return fast
+    from backends.merge.engine import StockEngine
+    return EngineChip(StockEngine(d, model=model, roms=FastChip.roms(d)))
