@@ -38,13 +38,15 @@ CALC_TOOL = {"type": "function", "function": {
 class Chat:
     """A merged checkpoint loaded for chatting (see the module docstring)."""
 
-    def __init__(self, path: str | Path, dtype: str = "bf16", thinking: bool = False):
+    def __init__(self, path: str | Path, dtype: str = "bf16", thinking: bool = False,
+                 call_budget: int | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
-        from backends.merge.engine import read_manifest
+        from backends.merge.engine import check_files, read_manifest
         d = Path(path)
-        manifest = read_manifest(d)
+        manifest = read_manifest(d, "")
+        check_files(d, manifest)        # every file as the merge wrote it, before loading
         if not (manifest.get("bridge") or {}).get("tool_calls"):
             why = (manifest.get("bridge") or {}).get("why", "it was merged without --firmware")
             raise ChipDirError(f"{d}: this merged model answers no tool calls ({why}); merge "
@@ -70,6 +72,10 @@ class Chat:
             self.tok = AutoTokenizer.from_pretrained(str(d), config=self.model.config)
             if manifest["layout"] == "stock":
                 self.driver = StockCalls(d, self.model, self.tok)
+        if call_budget is not None:         # the most chip tokens a call runs
+            self.model.generation_config.chip_call_budget = call_budget
+            if self.driver is not None:
+                self.driver.cfg["max_tokens"] = call_budget
         self.thinking = thinking
         self.calls: list[dict[str, Any]] = []
 

@@ -51,8 +51,12 @@ QWEN_TURN = ("<|im_end|>\n<|im_start|>user\n<tool_response>\n",
              "\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
 #: the most bytes of a text token the core reads (cpu/memmap.py TEXT_BYTES)
 PIECE = 32
-#: the most chip tokens one call may take before it is answered with an error
-MAX_TOKENS = 20_000_000
+#: the most chip tokens one call may take before it is answered with an error: about a
+#: minute on the fast engine (4,000-5,600 chip tokens a second at qwen3.5-4b shapes), so a
+#: program that never ends is answered; a call may need more (calc's largest result,
+#: 2**3401, takes 582,408): ``generation_config.chip_call_budget`` or ``deltachip chat
+#: --call-budget N`` raises it
+MAX_TOKENS = 250_000
 
 
 @dataclass

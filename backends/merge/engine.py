@@ -254,24 +254,80 @@ def _rows(rows: list[dict[int, dict[int, torch.Tensor]]]
     return out
 
 
-def read_manifest(d: Path) -> dict[str, Any]:
-    """The manifest of merged checkpoint ``d`` (ChipDirError when ``d`` is not one)."""
+def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
+    """The manifest of merged checkpoint ``d`` (ChipDirError when ``d`` is not one, naming
+    it as the command's ``option`` gave it: ``--model DIR``, or ``""`` for a positional
+    MODEL_DIR)."""
     f = d / MANIFEST
+    where = f"{option} {d}" if option else str(d)
     if not d.is_dir():
-        raise ChipDirError(f"--model {d}: {'no such directory' if not d.exists() else 'not a directory'}")
+        raise ChipDirError(f"{where}: "
+                           f"{'no such directory' if not d.exists() else 'not a directory'}")
     from common.inputs import InputTooLarge
     try:
         m = read_merged_json(f)
     except InputTooLarge as e:
-        raise ChipDirError(f"--model {d}: {e}: merge it again") from None
+        raise ChipDirError(f"{where}: {e}: merge it again") from None
     except NotRegular as e:
-        raise ChipDirError(f"--model {d}: {MANIFEST} {e.strerror}: merge it again") from None
+        raise ChipDirError(f"{where}: {MANIFEST} {e.strerror}: merge it again") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise ChipDirError(f"--model {d}: not a checkpoint written by `deltachip merge` (no "
+        raise ChipDirError(f"{where}: not a checkpoint written by `deltachip merge` (no "
                            f"readable {MANIFEST})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ChipDirError(f"--model {d}: {MANIFEST} is not a deltachip merge manifest")
+        raise ChipDirError(f"{where}: {MANIFEST} is not a deltachip merge manifest")
     if m.get("layout") not in LAYOUTS:
-        raise ChipDirError(f"--model {d}: layout {m.get('layout')!r}; expected one of "
+        raise ChipDirError(f"{where}: layout {m.get('layout')!r}; expected one of "
                            f"{', '.join(LAYOUTS)}: merge it again")
     return m
+
+
+#: files up to this size get a sha256 in the manifest's file record (the weight shards,
+#: gigabytes, are recorded by size: a truncated or grown shard is caught without reading it)
+DIGEST_LIMIT = 64 << 20
+
+
+def file_record(root: Path) -> dict[str, dict[str, Any]]:
+    """Every file under merge output ``root`` (relative path -> ``bytes``, and ``sha256``
+    for files up to :data:`DIGEST_LIMIT`): the manifest's ``files``, written last."""
+    import hashlib
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            rec: dict[str, Any] = {"bytes": p.stat().st_size}
+            if rec["bytes"] <= DIGEST_LIMIT:
+                rec["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
+            out[p.relative_to(root).as_posix()] = rec
+    return out
+
+
+def check_files(d: Path, manifest: dict[str, Any]) -> None:
+    """ChipDirError naming the first file of merged checkpoint ``d`` that is missing, not a
+    regular file, of another size or another digest than the manifest's file record says
+    (before transformers reads any of them: a damaged modeling file, config, tokenizer or
+    shard is named, not met as a traceback). A manifest without a record (an older merge)
+    passes."""
+    import hashlib
+    import stat
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return
+    for rel, rec in files.items():
+        p = d / rel
+        try:
+            st = p.stat()
+        except OSError as e:
+            raise ChipDirError(f"{d}: {rel}: {e.strerror.lower() if e.strerror else e}: "
+                               "merge it again") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ChipDirError(f"{d}: {rel} is not a regular file: merge it again")
+        if not isinstance(rec, dict) or st.st_size != rec.get("bytes"):
+            raise ChipDirError(f"{d}: {rel} has {st.st_size:,} bytes, the merge wrote "
+                               f"{rec.get('bytes') if isinstance(rec, dict) else '?'}: "
+                               "merge it again")
+        want = rec.get("sha256")
+        if want is not None:
+            with open(p, "rb") as f:
+                got = hashlib.sha256(f.read(DIGEST_LIMIT + 1)).hexdigest()
+            if got != want:
+                raise ChipDirError(f"{d}: {rel} is not the file the merge wrote (its sha256 "
+                                   "differs): merge it again")

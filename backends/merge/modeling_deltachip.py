@@ -624,7 +624,13 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
 
     @property
     def _bridge_cfg(self) -> dict:
-        return bridge_config(self.config.chip_bridge)
+        """The bridge's config, its call budget (``max_tokens``) taken from the generation
+        config's ``chip_call_budget`` where that is set."""
+        cfg = bridge_config(self.config.chip_bridge)
+        budget = getattr(self.generation_config, "chip_call_budget", None)
+        if isinstance(budget, int) and budget > 0:
+            cfg["max_tokens"] = budget
+        return cfg
 
     def _get_stopping_criteria(self, *args, **kwargs):
         """generate()'s criteria, the end-of-sequence one not stopping on the bridge's ids."""

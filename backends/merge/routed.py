@@ -357,6 +357,8 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             manifest["firmware"] = firmware.manifest()
             manifest["bridge"] = ({"tool_calls": False, "why": bridge}
                                   if isinstance(bridge, str) else {"tool_calls": True})
+        from backends.merge.engine import file_record
+        manifest["files"] = file_record(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
                        sum(sizes[len(base.files):]), time.perf_counter() - t0, names_out,

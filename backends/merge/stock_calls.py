@@ -53,7 +53,7 @@ class StockCalls:
         from safetensors.torch import load_file
         from backends.merge.engine import read_manifest
         self.d, self.model = Path(d), model
-        manifest = read_manifest(self.d)
+        manifest = read_manifest(self.d, "")
         bridge = manifest.get("bridge") or {}
         if manifest["layout"] != "stock" or not bridge.get("tool_calls"):
             why = bridge.get("why", "it was merged without --firmware")

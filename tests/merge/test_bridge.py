@@ -347,3 +347,66 @@ def test_the_fallback_on_the_chip_modules_is_the_fast_engine(bases, tmp_path):
     # rx_echo reads on past the call: the run parks at that read, on both
     assert (fast["tokens"], fast["instructions"], fast["ended"]) == \
         (here["tokens"], here["instructions"], here["ended"]) and not here["ended"]
+
+
+def _linked_copy(src, dst):
+    """``dst``: every file of ``src`` as a symbolic link (damage one by replacing it)."""
+    for p in src.rglob("*"):
+        q = dst / p.relative_to(src)
+        if p.is_dir():
+            q.mkdir(parents=True, exist_ok=True)
+        else:
+            q.parent.mkdir(parents=True, exist_ok=True)
+            q.symlink_to(p)
+    return dst
+
+
+@pytest.mark.parametrize("damage,says", [
+    ("modeling", "modeling_deltachip.py is not the file the merge wrote (its sha256 differs)"),
+    ("shard", "bytes, the merge wrote"),
+    ("tokenizer", "tokenizer.json is not a regular file"),
+    ("missing", "config.json: no such file or directory"),
+])
+def test_chat_names_a_damaged_merged_model(merged_calc, tmp_path, capfd, damage, says):
+    """Every file the merge wrote is checked against the manifest's record before
+    transformers reads any: a damaged one is named (exit 2), never a traceback."""
+    import os
+    from deltachip.cli import main
+    d = _linked_copy(merged_calc, tmp_path / "m")
+    if damage == "modeling":
+        f = d / "modeling_deltachip.py"
+        text = f.read_text()
+        f.unlink()
+        f.write_text(text.replace("import copy", "import cop(", 1))   # same size
+    elif damage == "shard":
+        f = min(d.glob("model-*.safetensors"), key=lambda p: p.stat().st_size)
+        data = f.read_bytes()
+        f.unlink()
+        f.write_bytes(data[:-100])
+    elif damage == "tokenizer":
+        (d / "tokenizer.json").unlink()
+        os.mkfifo(d / "tokenizer.json")
+    else:
+        (d / "config.json").unlink()
+    assert main(["chat", str(d), "--prompt", "x", "--max-new-tokens", "2"]) == 2
+    err = capfd.readouterr().err
+    assert says in err and "Traceback" not in err and "merge it again" in err
+
+
+def test_chat_call_budget_and_inputs(merged_calc, capfd, monkeypatch):
+    """--call-budget answers a call that needs more with an error; prompts on standard
+    input are read with a bound and must be UTF-8; a prompt has a stated limit."""
+    import io
+    import sys
+    from deltachip.cli import main
+    call = "<tool_call>\n" + call_text("2**100") + "\n</tool_call>"
+    assert main(["chat", str(merged_calc), "--prompt", "x", "--max-new-tokens", "60",
+                 "--assistant-start", call, "--call-budget", "1000", "--show-trace"]) == 0
+    out, err = capfd.readouterr()
+    assert "error: no answer within 1,000 steps" in out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9\n")))
+    assert main(["chat", str(merged_calc), "--max-new-tokens", "1"]) == 2
+    assert "standard input: not UTF-8 text (byte 3)" in capfd.readouterr().err
+    assert main(["chat", str(merged_calc), "--prompt", "x" * 70_000]) == 2
+    assert "--prompt has 70,000 characters; chat takes at most 65,536" in \
+        capfd.readouterr().err
