@@ -122,13 +122,14 @@ def _set(f, keys, value) -> None:
 
 @pytest.fixture(scope="module")
 def core_stock(tmp_path_factory):
-    """A tiny base with Qwen3.5-4B's GDN heads and MLP width (hidden 64), and the core with
-    a short program merged into it in the stock layout (``deltachip merge --layout stock
-    --firmware``): the core from the core cache (qwen3.5-4b, bf16)."""
-    from tests.merge.bases import make_base
+    """A tiny base with Qwen3.5-4B's GDN heads and MLP width (hidden 64) and Qwen3.5's real
+    tokenizer and chat template, and the core with calc merged into it in the stock layout
+    (``deltachip merge --layout stock --firmware``): the core from the core cache
+    (qwen3.5-4b, bf16)."""
+    from tests.merge.qwen35 import make_qwen_base
     from firmware import toolchain
     d = tmp_path_factory.mktemp("core-stock")
-    base = make_base(d / "base", tied=True, seed=5, intermediate=9216)
+    base = make_qwen_base(d / "base", tied=True, seed=5, intermediate=9216)
     elf = toolchain.build(toolchain.shipped_programs()["calc"], d / "calc.elf")
     out = d / "merged"
     from deltachip.cli import main
@@ -167,18 +168,27 @@ def test_the_core_in_the_stock_layout_runs_firmware_as_ref(core_stock, capfd):
     assert hf.read_memories(ch) == fast.read_memories(cf)
 
 
-def _call(expression: str) -> str:
+def _call(expression: str, xml: bool = False) -> str:
+    if xml:
+        return ("<tool_call>\n<function=calc>\n<parameter=expression>\n" + expression +
+                "\n</parameter>\n</function>\n</tool_call>")
     return "<tool_call>\n" + json.dumps({"name": "calc", "arguments": {
         "expression": expression}}) + "\n</tool_call>"
+
+
+#: the tool turn of Qwen3.5's template in non-thinking mode, around the result
+OPEN = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+CLOSE = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 @pytest.mark.slow
 def test_the_stock_driver_answers_tool_calls(core_stock, capfd):
     """``deltachip chat STOCK_DIR``: plain transformers writes the text (the call forced by
-    the reply's start, the words of a random base being noise), the driver runs each call on
-    the chip (fast, on the tensors cut from the merged files) and the answer is in the text,
-    exactly what calc prints on the golden emulator; a second call resumes the parked
-    program; a malformed call gets an error answer."""
+    the reply's start, the words of a random base being noise), the driver runs each call
+    (XML and JSON) on the chip (fast, on the tensors cut from the merged files) and the
+    answer is the template's tool turn around exactly what calc prints on the golden
+    emulator; a second call resumes the parked program; a malformed call gets an error
+    answer."""
     from cpu.emulator import Machine
     from deltachip.chat import Chat
     out, elf = core_stock
@@ -188,20 +198,20 @@ def test_the_stock_driver_answers_tool_calls(core_stock, capfd):
         m = Machine.from_elf(elf)
         m.rx = json.dumps({"name": "calc", "arguments": {"expression": expr}}).encode()
         ref = m.run(50_000_000).output.decode().rstrip("\n")
-        reply = chat.reply("compute", max_new_tokens=len(ref) + 24, start=_call(expr),
-                           out=_Sink())
-        assert reply.startswith("\n<tool_response>\n" + ref + "\n</tool_response>\n"), reply
+        reply = chat.reply("compute", max_new_tokens=len(ref) + 40,
+                           start=_call(expr, xml=k % 2 == 0), out=_Sink())
+        assert reply.startswith(OPEN + ref + CLOSE), reply
         rec = chat.calls[-1]
         assert rec["engine"] == "fast" and rec["output"].rstrip("\n") == ref
         assert rec["resumed"] == (k > 0)
     reply = chat.reply("x", max_new_tokens=60, start="<tool_call>\n{not json\n</tool_call>",
                        out=_Sink())
-    assert reply.startswith("\n<tool_response>\nerror"), reply
+    assert reply.startswith(OPEN + "error"), reply
     from deltachip.cli import main
-    assert main(["chat", str(out), "--prompt", "hi", "--max-new-tokens", "50",
-                 "--assistant-start", _call("2**64"), "--show-trace"]) == 0
+    assert main(["chat", str(out), "--prompt", "hi", "--max-new-tokens", "60",
+                 "--assistant-start", _call("2**64", xml=True), "--show-trace"]) == 0
     o = capfd.readouterr()
-    assert "<tool_response>\n18446744073709551616\n</tool_response>" in o.out
+    assert OPEN + "18446744073709551616" + CLOSE in o.out
     assert "[tool call 1:" in o.err and "on fast" in o.err
 
 
