@@ -146,6 +146,30 @@ class _Exit(Exception):
         self.code = code
 
 
+#: Zicntr's read-only counters (csrrs rd, CSR, x0: rdcycle, rdtime, rdinstret and their
+#: high halves): CSR number -> True for a high half. All three read the count of
+#: instructions retired before the reading one (one instruction = one cycle = one tick).
+ZICNTR_CSRS = {0xC00: False, 0xC01: False, 0xC02: False,
+               0xC80: True, 0xC81: True, 0xC82: True}
+
+
+_COUNTER_NAMES = {0xC00: "rdcycle", 0xC01: "rdtime", 0xC02: "rdinstret",
+                  0xC80: "rdcycleh", 0xC81: "rdtimeh", 0xC82: "rdinstreth"}
+
+
+class _CsrRead(Exception):
+    """Raised by a Zicntr counter read: the run loop, which knows the count, writes rd."""
+
+    def __init__(self, rd: int, high: bool) -> None:
+        self.rd, self.high = rd, high
+
+
+def is_counter_read(d: isa.Decoded | None) -> bool:
+    """True for ``csrrs rd, cycle|time|instret[h], x0`` (rdcycle, rdtime, rdinstret, ...)."""
+    return (d is not None and d.name == "csrrs" and d.rs1 == 0
+            and (d.imm & 0xFFF) in ZICNTR_CSRS)
+
+
 def _s32(v: int) -> int:
     return v - (1 << 32) if v & SIGN else v
 
@@ -244,6 +268,8 @@ class Machine:
         self._table: list[Callable[[], int]] | None = None
         self._decoded: list[isa.Decoded | None] = []
         self._meta: list[tuple] | None = None
+        #: instructions retired by all runs so far (what rdinstret/rdcycle/rdtime read)
+        self.instret = 0
 
     # ------------------------------------------------------------ loading
 
@@ -338,6 +364,7 @@ class Machine:
             n = self._run_trace(max_steps, retired)
         else:
             n = self._run_fast(max_steps)
+        self.instret += n
         done = self.exit_code is not None or self.fault is not None
         return RunResult(self.exit_code, bytes(self.output[out_start:]), n, self.fault, retired,
                          timed_out=not done)
@@ -352,19 +379,35 @@ class Machine:
             insn = self._views[4][pc >> 2] if pc < _CODE_END else None
             self.fault = Fault(pc, insn, exc.cause, exc.detail)
 
+    def _counter(self, c: _CsrRead, n: int) -> int:
+        """Execute a counter read (:class:`_CsrRead`) as the run's instruction ``n``;
+        returns the value written to rd."""
+        count = self.instret + n
+        value = (count >> 32 if c.high else count) & M
+        if c.rd:
+            self.regs[c.rd] = value
+        return value
+
     def _run_fast(self, max_steps: int) -> int:
         table = self._table
         pc = self.pc
         n = -1
-        try:
-            for n in range(max_steps):
-                pc = table[pc >> 2]()
-        except _Exit as e:
-            self._stop(e, pc)
-            return n + 1
-        except _Trap as e:
-            self._stop(e, pc)
-            return n
+        start = 0
+        while True:
+            try:
+                for n in range(start, max_steps):
+                    pc = table[pc >> 2]()
+                break
+            except _Exit as e:
+                self._stop(e, pc)
+                return n + 1
+            except _Trap as e:
+                self._stop(e, pc)
+                return n
+            except _CsrRead as c:                 # rare: resume after the counter read
+                self._counter(c, n)
+                pc += 4
+                start = n + 1
         self.pc = pc
         return max_steps
 
@@ -391,6 +434,13 @@ class Machine:
                 except _Trap as e:
                     self._stop(e, pc)
                     return n
+                except _CsrRead as c:
+                    value = self._counter(c, n)
+                    npc = pc + 4
+                    append(Retire(pc, word, c.rd or None, value if c.rd else None, None, None,
+                                  None, False, npc))
+                    pc = npc
+                    continue
                 if rd is None:
                     append(Retire(pc, word, None, None, None, None, None, False, npc))
                 else:
@@ -450,6 +500,12 @@ class Machine:
 
     def _compile(self, d: isa.Decoded | None, pc: int) -> Callable[[], int]:
         """The closure executing ``d`` at ``pc``: it returns the next pc or raises."""
+        if is_counter_read(d):
+            exc = _CsrRead(d.rd, ZICNTR_CSRS[d.imm & 0xFFF])
+
+            def counter() -> int:
+                raise exc
+            return counter
         if d is None or not d.spec.supported:
             return _make_trap(d)
         return _COMPILERS[d.spec.fmt](self, d, pc)
@@ -463,6 +519,11 @@ def _make_trap(d: isa.Decoded | None) -> Callable[[], int]:
         cause, detail = FaultCause.ILLEGAL_INSTRUCTION, "not an RV32IM/Zba encoding"
     elif d.name == "ebreak":
         cause, detail = FaultCause.EBREAK, ""
+    elif is_counter_read(d):
+        name = _COUNTER_NAMES[d.imm & 0xFFF]
+        cause, detail = (FaultCause.UNSUPPORTED_INSTRUCTION,
+                         f"{name} (a Zicntr counter read) is not implemented by the compiled "
+                         "core yet; it runs on --engine ref only (docs/firmware.md)")
     else:
         cause, detail = FaultCause.UNSUPPORTED_INSTRUCTION, f"{d.name} is not supported"
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import shutil
 import subprocess
@@ -43,6 +44,14 @@ OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz")
 COMPILERS = ("auto", "zig", "gcc")
 SOURCE_SUFFIXES = (".c", ".S", ".s")
 GCC = "riscv64-unknown-elf-gcc"
+LIBC_CHOICES = ("auto", "picolibc", "none")
+SDK_DIR = FIRMWARE_DIR / "sdk"
+SDK_RUNTIME_SOURCES = (RUNTIME_DIR / "crt0.S", SDK_DIR / "sdk_runtime.c")
+#: headers the compiler itself provides (freestanding C): including only these (and the
+#: project's own) keeps a program on the small runtime; any other <header> means picolibc
+FREESTANDING_HEADERS = frozenset({
+    "stdint.h", "stddef.h", "stdbool.h", "stdarg.h", "limits.h", "float.h", "iso646.h",
+    "stdalign.h", "stdnoreturn.h", "stdatomic.h", "deltachip.h"})
 
 # Flags shared by both compilers: freestanding C, no unwind tables, dead code removed.
 COMMON_FLAGS = [
@@ -92,16 +101,20 @@ def resolve_compiler(compiler: str = "auto") -> str:
 
 
 def compiler_command(compiler: str, sources: list[Path], output: Path, opt: str,
-                     include_dirs: list[Path]) -> list[str]:
+                     include_dirs: list[Path], extra: list[str] = (),
+                     libs: list[Path] = ()) -> list[str]:
     """The full command line that builds ``sources`` into the ELF ``output``.
 
-    ``compiler`` is ``"zig"`` or ``"gcc"`` (already resolved); ``sources`` include the runtime.
+    ``compiler`` is ``"zig"`` or ``"gcc"`` (already resolved); ``sources`` include the runtime;
+    ``extra`` are flags (-D, user flags) placed after the project's; ``libs`` are archives
+    linked after the sources (picolibc's libc.a and libm.a).
     """
     includes = [f"-I{d}" for d in include_dirs]
     link = [f"-T{LINKER_SCRIPT}", "-Wl,--gc-sections"]
     if compiler == "zig":
         return [sys.executable, "-m", "ziglang", "cc", *ZIG_TARGET, opt, *ZIG_EXTRA, *COMMON_FLAGS,
-                *includes, *link, "-o", str(output), *map(str, sources)]
+                *includes, *extra, *link, "-o", str(output), *map(str, sources),
+                *map(str, libs)]
     # The multilib is chosen from -march: rv32im_zba matches none, so ask for rv32im's.
     libgcc = subprocess.run([GCC, *GCC_LIBGCC_TARGET, "-print-libgcc-file-name"],
                             capture_output=True, text=True, check=False).stdout.strip()
@@ -109,18 +122,67 @@ def compiler_command(compiler: str, sources: list[Path], output: Path, opt: str,
         raise ToolchainError(f"error: {GCC} has no rv32im/ilp32 libgcc.a "
                              f"(-print-libgcc-file-name gave {libgcc!r})")
     return [GCC, *GCC_TARGET, opt, *COMMON_FLAGS, "-nostdlib", "-nostartfiles", *includes,
-            *link, "-o", str(output), *map(str, sources), libgcc]
+            *extra, *link, "-o", str(output), *map(str, sources), *map(str, libs), libgcc]
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+
+
+def uses_libc(sources: list[Path], include_dirs: list[Path] = ()) -> bool:
+    """True when a source, or a project header it includes with ``"..."``, includes a C
+    library header (``<stdio.h>``, ``<math.h>``, ...: anything but the compiler's own
+    freestanding headers, :data:`FREESTANDING_HEADERS`)."""
+    seen: set[Path] = set()
+    todo = [Path(s) for s in sources]
+    while todo:
+        path = todo.pop()
+        try:
+            key = path.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for kind, name in _INCLUDE.findall(text):
+            if kind == "<" and name not in FREESTANDING_HEADERS:
+                return True
+            if kind == '"' and Path(name).name != "deltachip.h":
+                for d in (path.parent, *include_dirs):
+                    if (Path(d) / name).is_file():
+                        todo.append(Path(d) / name)
+                        break
+    return False
+
+
+def picolibc_dir() -> Path:
+    """The built picolibc (``include/``, ``lib/``), built into the cache on first use."""
+    from firmware.sdk import picolibc
+    try:
+        return picolibc.library_dir()
+    except picolibc.PicolibcError as e:
+        raise ToolchainError(f"error: the C SDK: {e}") from None
 
 
 def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "auto",
-          runtime: bool = True) -> Path:
+          runtime: bool = True, defines: list[str] = (), include_dirs: list[Path] = (),
+          cflags: list[str] = (), libc: str = "auto", stack_size: int | None = None,
+          warnings=None) -> Path:
     """Compile and link ``sources`` (C ``.c`` and assembly ``.S``/``.s``) into an ELF.
 
     Takes the source paths, the output ELF path, an optimisation flag (one of
     ``OPT_LEVELS``), the compiler (``"zig"``, ``"gcc"`` or ``"auto"``) and whether to link
-    the runtime (crt0 + ``runtime.c``; without it the sources must define ``_start``).
-    Returns ``output`` (the written ELF). Raises :class:`ToolchainError` on bad arguments, a
-    missing compiler, or a compiler failure (the message includes the compiler's output).
+    the runtime (crt0 + ``runtime.c``; without it the sources must define ``_start``);
+    ``defines`` (``NAME`` or ``NAME=VALUE``, passed as ``-D``), ``include_dirs`` (``-I``,
+    searched before the sources' folders), ``cflags`` (extra compiler/linker flags, after
+    the project's), ``libc`` (``"picolibc"``: the C SDK, crt0 + ``firmware/sdk/sdk_runtime.c``
+    + picolibc's libc.a and libm.a, built into the cache on first use; ``"none"``: the small
+    runtime; ``"auto"``: picolibc when a source includes a C library header, see
+    :func:`uses_libc`), ``stack_size`` (bytes; default the linker script's 8 KiB) and
+    ``warnings`` (called with the compiler's warnings when a build succeeds with some;
+    default: printed to stderr). Returns ``output`` (the written ELF). Raises
+    :class:`ToolchainError` on bad arguments, a missing compiler, or a compiler failure (the
+    message includes the compiler's output).
     """
     sources = [Path(s) for s in sources]
     output = Path(output)
@@ -135,8 +197,32 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
             raise ToolchainError(f"error: {src}: not a C or assembly source "
                                  f"(expected {', '.join(SOURCE_SUFFIXES)})")
     chosen = resolve_compiler(compiler)
-    all_sources = ([*RUNTIME_SOURCES] if runtime else []) + sources
-    include_dirs = [RUNTIME_DIR, *dict.fromkeys(s.resolve().parent for s in sources)]
+    if libc not in LIBC_CHOICES:
+        raise ToolchainError(f"error: unknown libc {libc!r} (choose from {', '.join(LIBC_CHOICES)})")
+    user_dirs = [Path(d) for d in include_dirs]
+    for d in user_dirs:
+        if not d.is_dir():
+            raise ToolchainError(f"error: -I {d}: no such folder")
+    extra = [f"-D{d}" for d in defines]
+    if stack_size is not None:
+        if stack_size < 1024 or stack_size % 16:
+            raise ToolchainError(f"error: stack size {stack_size}: must be a multiple of 16, "
+                                 "at least 1024")
+        extra.append(f"-Wl,--defsym=__stack_size={stack_size}")
+    extra += list(cflags)
+    sdk = runtime and (libc == "picolibc" or (libc == "auto" and uses_libc(sources, user_dirs)))
+    libs: list[Path] = []
+    if sdk:
+        if chosen != "zig":
+            raise ToolchainError("error: the C SDK (picolibc) is built with zig: use "
+                                 "--compiler zig (pip install ziglang)")
+        lib = picolibc_dir()
+        user_dirs.append(lib / "include")
+        extra.insert(0, "-DDELTACHIP_SDK=1")
+        libs = [lib / "lib" / "libc.a", lib / "lib" / "libm.a"]
+    runtime_sources = [*SDK_RUNTIME_SOURCES] if sdk else [*RUNTIME_SOURCES]
+    all_sources = (runtime_sources if runtime else []) + sources
+    include_dirs = [RUNTIME_DIR, *user_dirs, *dict.fromkeys(s.resolve().parent for s in sources)]
     if any(output.resolve() == src.resolve() for src in sources):
         raise ToolchainError(f"error: the output {output} is one of the sources")
     with replace_on_success(output, "error: ", ToolchainError, make_parents=True) as tmp:
@@ -149,18 +235,31 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
             raise ToolchainError(f"error: cannot write {output}: {os_reason(e)}") from None
         try:
             elf = work / output.name
-            cmd = compiler_command(chosen, all_sources, elf, opt, include_dirs)
+            cmd = compiler_command(chosen, all_sources, elf, opt, include_dirs, extra, libs)
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 no_room = _no_room(elf)
                 if no_room:
                     raise ToolchainError(f"error: cannot write {output}: {no_room}")
                 message = (proc.stderr + proc.stdout).strip() or _status_text(proc.returncode)
+                if "RAM overflow" in message or "will not fit in region 'RAM'" in message:
+                    message += RAM_HINT
                 raise ToolchainError(f"error: {chosen} failed to build {output.name}:\n{message}")
             os.replace(elf, tmp)
+            shown = (proc.stderr + proc.stdout).strip()
+            if shown:
+                if warnings is None:
+                    print(shown, file=sys.stderr)
+                else:
+                    warnings(shown)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return output
+
+
+RAM_HINT = ("\nnote: RAM is 32 KiB (0x80000-0x88000): the stack (8 KiB unless set with "
+            "--stack-size), the 1 KiB input buffer, .data and .bss must fit in it, and the "
+            "heap for malloc is what is left (docs/firmware.md)")
 
 
 def _check_source(src: Path) -> None:

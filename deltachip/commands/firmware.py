@@ -1,8 +1,10 @@
 """``deltachip firmware``: build RV32IM + Zba firmware ELFs and list the shipped programs.
 
-``deltachip firmware build SRC... -o OUT.elf [-O2] [--compiler zig|gcc|auto]`` compiles C and
-assembly sources with the runtime and the project's memory map (:mod:`firmware.toolchain`);
-a shipped program's name (``hello``, ``calc``, …) may stand for its sources.
+``deltachip firmware build SRC... -o OUT.elf [-O2] [-D NAME[=VALUE]] [-I DIR]
+[--cflag=FLAG] [--libc auto|picolibc|none] [--stack-size N] [--compiler zig|gcc|auto]`` compiles C and assembly sources with the runtime (or the C SDK: picolibc, when
+a source includes a C library header) and the project's memory map
+(:mod:`firmware.toolchain`); a shipped program's name (``hello``, ``calc``, …) may stand
+for its sources. The compiler's warnings are printed on stderr when the build succeeds.
 ``deltachip firmware list`` prints the shipped programs and their sources.
 Exit status 0 on success, 2 on a build error (the compiler's message is printed).
 """
@@ -15,9 +17,13 @@ EPILOG = """examples:
   deltachip firmware build firmware/programs/hello.c -o hello.elf
   deltachip firmware build calc -o calc.elf            # a shipped program by name
   deltachip firmware build main.c util.c start.S -o prog.elf -Os --compiler gcc
+  deltachip firmware build bench.c -o bench.elf -DITERATIONS=10 -I include -O3
+  deltachip firmware build app.c -o app.elf --stack-size 16384 --cflag=-Wextra
   deltachip firmware list
 
-Memory map, runtime functions and the input buffer: docs/firmware.md.
+A program that includes a C library header (<stdio.h>, <math.h>, ...) is linked with the
+C SDK, picolibc (printf with %f, malloc, qsort, libm, setjmp, ...), built into the cache
+on first use. Memory map, runtime, the C SDK and the input buffer: docs/firmware.md.
 """
 
 
@@ -38,6 +44,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the ELF to write (written atomically)")
     b.add_argument("-O", dest="opt", default="2", choices=["0", "1", "2", "3", "s", "z"],
                    help="optimisation level (default -O2)")
+    b.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a preprocessor macro (repeatable)")
+    b.add_argument("-I", dest="include_dirs", action="append", default=[], type=Path,
+                   metavar="DIR", help="add a folder to the include path (repeatable)")
+    b.add_argument("--cflag", dest="cflags", action="append", default=[], metavar="FLAG",
+                   help="an extra compiler or linker flag, e.g. --cflag=-Wextra or "
+                        "--cflag=-Wl,--print-memory-usage (repeatable)")
+    b.add_argument("--libc", default="auto", choices=["auto", "picolibc", "none"],
+                   help="the C library: picolibc (the C SDK), none (the small runtime), or "
+                        "auto (picolibc when a source includes a C library header; default)")
+    b.add_argument("--stack-size", type=int, default=None, metavar="BYTES",
+                   help="the stack's size (default 8192; a multiple of 16): the stack is at "
+                        "the bottom of RAM and an overflow faults")
     b.add_argument("--compiler", default="auto", choices=["auto", "zig", "gcc"],
                    help="zig (python -m ziglang cc), gcc (riscv64-unknown-elf-gcc), or auto "
                         "(zig when installed, else gcc)")
@@ -71,7 +90,10 @@ def _resolve_sources(names: list[str]) -> list[Path]:
 def build_command(args: argparse.Namespace) -> int:
     from firmware import toolchain
     sources = _resolve_sources(args.sources)
-    out = toolchain.build(sources, args.output, opt=f"-O{args.opt}", compiler=args.compiler)
+    out = toolchain.build(sources, args.output, opt=f"-O{args.opt}", compiler=args.compiler,
+                          defines=args.defines, include_dirs=args.include_dirs,
+                          cflags=args.cflags, libc=args.libc,
+                          stack_size=args.stack_size)
     print(f"wrote {out} ({out.stat().st_size:,} bytes)")
     return 0
 

@@ -42,6 +42,46 @@ static inline int read_text_next(void) { return *DELTACHIP_UART_TNEXT; }
 /* Byte j of the current text token. */
 static inline int read_text_byte(int j) { return DELTACHIP_UART_TXT[j]; }
 
+/* Zicntr counters (rdcycle, rdtime, rdinstret): on the golden emulator (--engine ref) each
+ * reads the number of instructions retired before it (one instruction = one cycle = one
+ * tick). The compiled core (sim, fast) does not implement them yet: there the read is an
+ * illegal-instruction fault (docs/firmware.md, "The C SDK"). */
+static inline uint32_t read_instret(void) {
+    uint32_t v;
+    __asm__ volatile("rdinstret %0" : "=r"(v));
+    return v;
+}
+static inline uint32_t read_cycle(void) {
+    uint32_t v;
+    __asm__ volatile("rdcycle %0" : "=r"(v));
+    return v;
+}
+static inline uint64_t read_instret64(void) {
+    uint32_t hi, lo, hi2;
+    do {
+        __asm__ volatile("rdinstreth %0" : "=r"(hi));
+        __asm__ volatile("rdinstret %0" : "=r"(lo));
+        __asm__ volatile("rdinstreth %0" : "=r"(hi2));
+    } while (hi != hi2);
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* The stack's size in bytes (8 KiB unless set): DELTACHIP_STACK_SIZE(16384) at file scope in
+ * one C source sets it for the program (a multiple of 16, at least 1024). The stack is at the
+ * bottom of RAM and grows towards unmapped memory: an overflow faults (docs/firmware.md). */
+#define DELTACHIP_STACK_SIZE(bytes) \
+    __asm__(".globl __stack_size\n.set __stack_size, " #bytes)
+extern char __stack_size[], __heap_start[], __heap_end[];
+
+#ifdef DELTACHIP_SDK
+/* Built with the C SDK (picolibc, firmware/sdk): the C library's own headers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* Prints s without a newline. */
+void print(const char *s);
+#else
 int putchar(int c);
 /* Prints s and a newline, like C's puts. Returns a non-negative number. */
 int puts(const char *s);
@@ -64,5 +104,6 @@ void *memset(void *dst, int c, size_t n);
 int memcmp(const void *a, const void *b, size_t n);
 size_t strlen(const char *s);
 int strcmp(const char *a, const char *b);
+#endif /* DELTACHIP_SDK */
 
 #endif

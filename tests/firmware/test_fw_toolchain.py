@@ -101,7 +101,8 @@ def test_bad_outputs_are_refused_and_leave_files_alone(tmp_path):
 
 def test_elf_layout(firmware_elf):
     """Code at 0, rodata at 0x40000, RAM at 0x80000 with .bss as the zero tail of the RAM
-    segment, the input buffer at the start of RAM."""
+    segment; the stack (8 KiB by default) at the bottom of RAM, growing down towards
+    unmapped memory, then the input buffer, .data, .bss and the heap up to the end of RAM."""
     path = firmware_elf("sieve")
     with open(path, "rb") as f:
         elf = ELFFile(f)
@@ -115,9 +116,10 @@ def test_elf_layout(firmware_elf):
     assert sections[".bss"][0] + sections[".bss"][1] <= 0x80000 + ram[2]
     assert sections[".text"][0] == 0 and sections[".rodata"][0] == 0x40000
     symbols = elf_symbols(path)
-    assert symbols["__input_buffer"] == 0x80000
+    assert symbols["__stack_size"] == 8192 and symbols["__stack_bottom"] == 0x80000
+    assert symbols["__stack_top"] == symbols["__input_buffer"] == 0x82000
     assert symbols["__input_size"] == 1024
-    assert symbols["__stack_top"] == 0x88000
+    assert symbols["__heap_start"] == symbols["__bss_end"] <= symbols["__heap_end"] == 0x88000
 
 
 ECHO = r"""
