@@ -63,7 +63,9 @@ ZIG_TARGET = ["-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+zba"
 # zig strips the symbol table at -Os/-Oz (ReleaseSmall); -g keeps it: loaders need the
 # symbols (__input_buffer, __input_size), and debug sections are never loaded. At -O0 zig
 # turns on UBSan, whose runtime does not fit 32 KiB of RAM: -fno-sanitize=all.
-ZIG_EXTRA = ["-g", "-fno-sanitize=all"]
+# zig cc also defines NDEBUG at -O1 and above, which silently turns assert() off: -UNDEBUG
+# (a user's -DNDEBUG comes later and wins).
+ZIG_EXTRA = ["-g", "-fno-sanitize=all", "-UNDEBUG"]
 GCC_TARGET = ["-march=rv32im_zba", "-mabi=ilp32"]
 GCC_LIBGCC_TARGET = ["-march=rv32im", "-mabi=ilp32"]
 
@@ -208,7 +210,6 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
         if stack_size < 1024 or stack_size % 16:
             raise ToolchainError(f"error: stack size {stack_size}: must be a multiple of 16, "
                                  "at least 1024")
-        extra.append(f"-Wl,--defsym=__stack_size={stack_size}")
     extra += list(cflags)
     sdk = runtime and (libc == "picolibc" or (libc == "auto" and uses_libc(sources, user_dirs)))
     libs: list[Path] = []
@@ -235,6 +236,11 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
             raise ToolchainError(f"error: cannot write {output}: {os_reason(e)}") from None
         try:
             elf = work / output.name
+            if stack_size is not None:
+                # zig's linker driver takes no --defsym: an absolute symbol from assembly
+                stack = work / "stack_size.S"
+                stack.write_text(f".globl __stack_size\n.set __stack_size, {stack_size}\n")
+                all_sources = [*all_sources, stack]
             cmd = compiler_command(chosen, all_sources, elf, opt, include_dirs, extra, libs)
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:

@@ -8,8 +8,11 @@
  * - sbrk: the heap for malloc, from the end of .bss (__heap_start) to the end of RAM
  *   (__heap_end); it never grows into the stack, which lies below .data at the bottom of
  *   RAM. Out of heap: sbrk returns (void *)-1 with errno ENOMEM, malloc returns NULL.
+ * - raise(sig): no signal handlers; the program ends with exit code 128 + sig (abort(), and
+ *   so a failed assert(), end with 134 = 128 + SIGABRT, as a shell reports them).
  */
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +40,10 @@ static FILE uart_stdio = FDEV_SETUP_STREAM(uart_put, uart_get, NULL, _FDEV_SETUP
 FILE *const stdin = &uart_stdio;
 FILE *const stdout = &uart_stdio;
 FILE *const stderr = &uart_stdio;
+
+int raise(int sig) {
+    _exit(128 + sig);
+}
 
 static char *heap_top = __heap_start;
 
