@@ -17,6 +17,10 @@ _start:
     .option pop
     la      sp, __stack_top
     call    main
+#ifdef DELTACHIP_SDK
+    /* the C SDK (picolibc): exit() runs the atexit handlers, then _exit */
+    call    exit
+#endif
     /* fall through to _exit with a0 = main's return value */
     .size _start, . - _start
 

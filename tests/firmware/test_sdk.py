@@ -274,6 +274,13 @@ def test_libm_users(build):
     assert sum(ln.startswith("cubic") for ln in lines) == 4
 
 
+def test_stdio_misc_atexit_and_input(build):
+    m = Machine.from_elf(build("stdio_misc"), b"Z")
+    r = m.run(10_000_000)
+    assert r.exit_code == 0
+    assert r.output == b"1.414214 1.41421 ff\n12 34 Z -1 nofile 1\nbye\n"
+
+
 def test_assert(build):
     """A failed assert prints file, line, function and expression, and exits 134 (abort:
     128 + SIGABRT); -DNDEBUG turns it off (zig's own NDEBUG at -O2 does not)."""
