@@ -142,27 +142,7 @@ def sweep_stale(path: str | Path) -> list[Path]:
     the folder, and the temporaries of running processes, are left alone; errors are
     ignored (the sweep is a courtesy, the write that follows reports real problems)."""
     path = Path(path)
-    parent = path.absolute().parent
-    pattern = re.compile(rf"\.{re.escape(short_name(path.name))}\.{TEMP_TAG}-(\d+)-.*",
-                         re.DOTALL)
-    removed: list[Path] = []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        m = pattern.fullmatch(entry.name)
-        if not m or _alive(int(m.group(1))):
-            continue
-        try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-            removed.append(entry)
-        except OSError:
-            pass
-    return removed
+    return _sweep(path.absolute().parent, re.escape(short_name(path.name)))
 
 
 def sweep_folder(folder: str | Path) -> list[Path]:
@@ -171,10 +151,16 @@ def sweep_folder(folder: str | Path) -> list[Path]:
     what was removed. For a folder only deltachip writes (the core cache), where a killed
     build or an interrupted rebuild leaves a temporary that no later write of the same
     name would sweep."""
-    pattern = re.compile(rf"\..+\.{TEMP_TAG}-(\d+)-.*", re.DOTALL)
+    return _sweep(Path(folder), ".+")
+
+
+def _sweep(folder: Path, name: str) -> list[Path]:
+    """Remove the temporaries in ``folder`` of outputs whose name matches regex ``name``
+    whose process is gone; what was removed."""
+    pattern = re.compile(rf"\.{name}\.{TEMP_TAG}-(\d+)-.*", re.DOTALL)
     removed: list[Path] = []
     try:
-        entries = list(Path(folder).iterdir())
+        entries = list(folder.iterdir())
     except OSError:
         return removed
     for entry in entries:

@@ -112,3 +112,25 @@ def qwen_bases(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("qwen-bases")
     return {"tied": make_qwen_base(d / "tied", tied=True, seed=5),
             "untied": make_qwen_base(d / "untied", tied=False, seed=6)}
+
+
+@pytest.fixture(scope="session")
+def calc_elf(tmp_path_factory):
+    """calc, built once a session."""
+    from firmware import toolchain
+    d = tmp_path_factory.mktemp("calc")
+    return toolchain.build(toolchain.shipped_programs()["calc"], d / "calc.elf")
+
+
+def merge_calc(base: Path, out: Path, elf: Path) -> Path:
+    """The routed merge of the core with ``elf`` into ``base`` at ``out``, the core compiled
+    for the base's vocabulary (it reads a call's text tokens), as `deltachip merge
+    --firmware` compiles it."""
+    from backends.merge.base import read_base
+    from backends.merge.bridge import text_vocabulary
+    from backends.merge.routed import merge_routed
+    from cpu.rv32.merged import core_for, load_firmware
+    fw = load_firmware(str(elf))
+    core = core_for(fw, "compact", "bf16", text=text_vocabulary(read_base(base)))
+    merge_routed(base, out, core, firmware=fw)
+    return out

@@ -16,31 +16,14 @@ import pytest
 import torch
 
 from cpu.emulator import Machine
-from tests.merge.conftest import load
+from tests.merge.conftest import load, merge_calc
 
 PROMPT = "<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
-def calc_elf(tmp_path_factory):
-    from firmware import toolchain
-    d = tmp_path_factory.mktemp("calc")
-    return toolchain.build(toolchain.shipped_programs()["calc"], d / "calc.elf")
-
-
-@pytest.fixture(scope="module")
 def merged_calc(bases, calc_elf, tmp_path_factory):
-    from backends.merge.base import read_base
-    from backends.merge.bridge import text_vocabulary
-    from backends.merge.routed import merge_routed
-    from cpu.rv32.merged import core_for, load_firmware
-    fw = load_firmware(str(calc_elf))
-    # the core reads the call's text tokens (the base's vocabulary in its table ROMs), as
-    # `deltachip merge --firmware` compiles it
-    core = core_for(fw, "compact", "bf16", text=text_vocabulary(read_base(bases["tied"])))
-    out = tmp_path_factory.mktemp("merged-calc") / "out"
-    merge_routed(bases["tied"], out, core, firmware=fw)
-    return out
+    return merge_calc(bases["tied"], tmp_path_factory.mktemp("merged-calc") / "out", calc_elf)
 
 
 @pytest.fixture(scope="module")

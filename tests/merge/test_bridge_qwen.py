@@ -18,27 +18,13 @@ import torch
 
 from cpu.emulator import Machine
 from deltachip.chat import CALC_TOOL
-from tests.merge.conftest import load
-
-
-@pytest.fixture(scope="module")
-def calc_elf(tmp_path_factory):
-    from firmware import toolchain
-    d = tmp_path_factory.mktemp("calc")
-    return toolchain.build(toolchain.shipped_programs()["calc"], d / "calc.elf")
+from tests.merge.conftest import load, merge_calc
 
 
 @pytest.fixture(scope="module")
 def merged(qwen_bases, calc_elf, tmp_path_factory):
-    from backends.merge.base import read_base
-    from backends.merge.bridge import text_vocabulary
-    from backends.merge.routed import merge_routed
-    from cpu.rv32.merged import core_for, load_firmware
-    fw = load_firmware(str(calc_elf))
-    core = core_for(fw, "compact", "bf16", text=text_vocabulary(read_base(qwen_bases["tied"])))
-    out = tmp_path_factory.mktemp("merged-qwen-calc") / "out"
-    merge_routed(qwen_bases["tied"], out, core, firmware=fw)
-    return out
+    return merge_calc(qwen_bases["tied"], tmp_path_factory.mktemp("merged-qwen-calc") / "out",
+                      calc_elf)
 
 
 @pytest.fixture(scope="module")
