@@ -48,22 +48,14 @@ def call_tokens(firmware_elf, pieces: list[str]) -> tuple[int | None, str]:
     return r.exit_code, r.output.decode()
 
 
-def test_random_expressions_through_calls(firmware_elf):
-    """104 expressions (8 of each kind), each one call, against Python's Fraction."""
+@pytest.mark.parametrize("form", ["json", "xml"])
+def test_random_expressions_through_calls(firmware_elf, form):
+    """104 expressions (8 of each kind), each one call (JSON, or Qwen3.5's XML form),
+    against Python's Fraction."""
+    wrap = tool_call if form == "json" else xml_call
     for _, expr in generate(20261203, 8 * len(KINDS)):
         want, code = oracle(expr)
-        got_code, out = call(firmware_elf, tool_call(expr))
-        if want is None:
-            assert out.startswith("error: ") and got_code == code, (expr, out)
-        else:
-            assert (got_code, out) == (0, want + "\n"), expr
-
-
-def test_random_expressions_through_xml_calls(firmware_elf):
-    """The same 104 expressions, each one call in Qwen3.5's XML form."""
-    for _, expr in generate(20261203, 8 * len(KINDS)):
-        want, code = oracle(expr)
-        got_code, out = call(firmware_elf, xml_call(expr))
+        got_code, out = call(firmware_elf, wrap(expr))
         if want is None:
             assert out.startswith("error: ") and got_code == code, (expr, out)
         else:
