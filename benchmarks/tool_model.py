@@ -531,6 +531,7 @@ def build(seed: int = 0, p: dict | None = None, log=sys.stderr) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    tmp.chmod(0o755)
     try:
         tok = tokenizer(tmp)
         model, used, info = train(tok, p, log)
