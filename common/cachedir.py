@@ -9,8 +9,11 @@ cannot be created or one deltachip may not write in is bad input like any other,
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from common.errors import UserError
@@ -45,3 +48,24 @@ def cache_dir(name: str) -> Path:
         raise CacheDirError(f"{what}: {why}; set {ENV} to a folder deltachip may write in"
                             + (", or unset it" if base else "")) from None
     return d
+
+
+@contextlib.contextmanager
+def entry_lock(entry: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the exclusive lock of the cache folder that holds ``entry`` (``flock`` on the
+    folder itself, so nothing is left on disk) while ``entry`` is built: two processes
+    building an entry there for the first time (two terminals, two test workers) build it
+    once, the second waiting and then finding it built. ``waiting`` is called once if
+    another process holds the lock. Only builds take it: a process that finds its entry
+    whole never waits."""
+    fd = os.open(entry.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)            # releases the lock

@@ -42,6 +42,7 @@ import numpy as np
 
 from cpu.emulator import ElfError, Retire, RunResult
 from cpu.rv32.build import FULL, CoreSizes, core_hash, load_core
+from common.cachedir import entry_lock
 from common.errors import UserError
 from common.outputs import os_reason, temp_name_prefix
 from cpu.rv32.loader import CoreImage, load_program
@@ -307,17 +308,21 @@ def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str =
     CoreCacheError when a damaged entry cannot be moved out of the way or the new one
     cannot be written."""
     out = compiled_core_path(sizes, target, dtype, tables)
-    if os.path.lexists(out):
-        why = entry_problem(out)
-        if why is None:
-            return out
-        _say(f"the cached core at {out} is damaged ({why}); rebuilding it")
-        _discard(out, why)
-    else:
-        _say(f"compiling the core into {target} layers ({dtype}); first run only, cached in "
-             f"{out.parent}")
-    _build(out, sizes, target, dtype, progress, approve, tables)
-    remove_stale_cores(sizes, target, dtype, tables)
+    if os.path.lexists(out) and entry_problem(out) is None:
+        return out
+    with entry_lock(out, lambda: _say(f"waiting for another deltachip compiling the core "
+                                      f"into {out}")):
+        if os.path.lexists(out):        # again: another process may have built it meanwhile
+            why = entry_problem(out)
+            if why is None:
+                return out
+            _say(f"the cached core at {out} is damaged ({why}); rebuilding it")
+            _discard(out, why)
+        else:
+            _say(f"compiling the core into {target} layers ({dtype}); first run only, cached "
+                 f"in {out.parent}")
+        _build(out, sizes, target, dtype, progress, approve, tables)
+        remove_stale_cores(sizes, target, dtype, tables)
     return out
 
 

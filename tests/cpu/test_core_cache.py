@@ -16,6 +16,7 @@ import pytest
 
 import backends.compiler
 from backends import manifest
+from common import cachedir
 from cpu.rv32 import engines
 from cpu.rv32.build import TINY
 from hdl.frontend import load_circuit
@@ -295,3 +296,23 @@ def test_a_core_with_a_text_vocabulary_has_entries_of_its_own(tmp_path, monkeypa
             paths[(a, b).index(t)]
     assert all(p.is_dir() for p in paths[:2])            # neither removed the other
     assert baked[paths[0].name] is a and baked[paths[1].name] is b
+
+
+def test_two_first_builds_at_once_compile_the_entry_once(small_cache, capsys):
+    """While one process builds an entry (it holds the cache folder's lock), another that
+    wants the same entry says it waits, then finds the entry built and compiles nothing."""
+    import threading
+    entry = engines.compiled_core_path(TINY)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    said: list[str] = []
+    got: list[Path] = []
+    with cachedir.entry_lock(entry):                  # "another process" is building it
+        t = threading.Thread(target=lambda: got.append(engines.compiled_core(TINY)))
+        t.start()
+        t.join(timeout=3)
+        assert t.is_alive() and small_cache == []     # the second one waits, builds nothing
+        said.append(capsys.readouterr().err)
+        engines._build(entry, TINY, "compact", "bf16", None)     # the holder builds it
+    t.join(timeout=60)
+    assert got == [entry] and small_cache == [entry]
+    assert said == [f"waiting for another deltachip compiling the core into {entry}\n"]
