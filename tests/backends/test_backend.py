@@ -23,7 +23,6 @@ from backends.check import check_dir  # noqa: E402
 from backends.compiler import compile_to_dir  # noqa: E402
 
 hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
 
 BUILDERS = {"counter": lambda: circuits.counter(8, 9), "alu": lambda: circuits.alu(5),
             "ram": circuits.ram_circuit, "rom": circuits.rom_circuit,

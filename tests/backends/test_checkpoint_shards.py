@@ -31,7 +31,6 @@ from backends.compiler import compile_to_dir  # noqa: E402
 from deltachip.cli import main  # noqa: E402
 
 hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX = "model.safetensors.index.json"

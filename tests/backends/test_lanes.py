@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 from transformers.utils import logging as hf_logging
 
@@ -29,7 +28,6 @@ from backends.hf_engine import HFEngine  # noqa: E402
 from backends.lanemap import LaneMap  # noqa: E402
 
 hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
 
 # A pointer chase through a packed ROM (2 words per row at compact shapes: z-gate select).
 WALK = """\

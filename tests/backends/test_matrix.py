@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import torch
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,7 +38,6 @@ from backends.check import PREFILL_CHUNK  # noqa: E402
 from hdl.ir import Circuit, Token  # noqa: E402
 
 hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").iterdir()
