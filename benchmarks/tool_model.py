@@ -262,9 +262,12 @@ def tokenizer(path: Path | None = None):
     import tempfile
     from transformers import AutoTokenizer
     from tests.merge.qwen35 import save_tokenizer
-    d = path or Path(tempfile.mkdtemp(prefix="qwen35-tok-"))
-    save_tokenizer(d)
-    return AutoTokenizer.from_pretrained(str(d))
+    if path is not None:
+        save_tokenizer(path)
+        return AutoTokenizer.from_pretrained(str(path))
+    with tempfile.TemporaryDirectory(prefix="qwen35-tok-") as d:    # read whole, then gone
+        save_tokenizer(Path(d))
+        return AutoTokenizer.from_pretrained(d)
 
 
 # ---- training -----------------------------------------------------------------------
