@@ -1,13 +1,17 @@
 """The fast engine against transformers on the compiled core, side by side in one run.
 
-Prints: the CPU's bf16 features; single-stream tokens/s of fast and hf on the same trace
+Prints: the CPU's bf16 features; the engine's load from the checkpoint (every weight read,
+made sparse and verified) beside its load from the stored sparse form (mapped), the two
+models compared array for array, and the wall time of ``deltachip run product.elf --engine
+fast`` in a new process (the load included) with what Python, numpy and torch take of it;
+single-stream tokens/s of fast and hf on the same trace
 (hf on its first ``--hf-tokens`` positions only) and their ratio; the batched aggregate of
 ``--batch`` streams on ``--threads`` threads; per C program the wall time, tokens and
 instructions per second on the fast engine (``deltachip run --engine fast``'s path), each
 outcome checked against the golden emulator. Medians of ``--repeats`` runs.
 
     python benchmarks/fast_engine.py [--target compact|qwen3.5-4b] [--batch 64] [--threads 2]
-                                     [--repeats 3] [--program-repeats 1]
+                                     [--repeats 3] [--program-repeats 1] [--load-repeats 3]
 
 The programs' wall time is ``deltachip run --engine fast``'s run (the load excluded), set
 beside the fastest public peer's published figures (``peer s``; ``peer/ours`` > 1: faster).
@@ -24,6 +28,54 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def time_run(argv: list[str]) -> int:
+    """``deltachip ARGV`` in this process (started for it, nothing imported yet) with the
+    seconds of each part of a fast run printed to stderr as JSON: imports, the ELF, the
+    core cache's checks, chip.json, the fast model, the kernel, the ROM images, the run."""
+    import json
+    t0, parts = time.perf_counter(), {}
+
+    def timed(owner, name: str, label: str) -> None:
+        f = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                parts[label] = parts.get(label, 0.0) + time.perf_counter() - t
+        setattr(owner, name, wrapper)
+
+    for label, mods in (("import numpy", ["numpy"]), ("import torch", ["torch"]),
+                        ("import the project", ["deltachip.cli", "deltachip.commands.run",
+                                                "cpu.rv32.engines", "backends.fast.engine"])):
+        t = time.perf_counter()
+        for m in mods:
+            __import__(m)
+        parts[label] = time.perf_counter() - t
+    import deltachip.cli
+    import backends.engine as be
+    import backends.fast.engine as fe
+    import cpu.rv32.engines as ce
+    from backends.fast import stored
+    timed(ce, "load_program", "the ELF loaded")
+    timed(ce, "compiled_core", "the core cache's entry (core hash, digests)")
+    timed(ce, "load_core", "the core's HDL elaborated")
+    timed(be.ChipEngine, "__init__", "chip.json (circuit, digests)")
+    timed(stored, "load", "the fast model (stored sparse form)")
+    timed(fe, "make_kernel", "the C kernel")
+    timed(fe.FastEngine, "new_cache", "the ROM images into the state")
+    timed(ce.FastCore, "run", "the program's run")
+    rc = deltachip.cli.main(argv)
+    parts["in all, from the first import"] = time.perf_counter() - t0
+    print(json.dumps(parts), file=sys.stderr)
+    return rc
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--time-run"]:
+    sys.exit(time_run(sys.argv[2:]))
 
 import torch  # noqa: E402
 
@@ -72,6 +124,80 @@ def hf_rate(path, image, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _wall(cmd: list[str], want: bytes = b"") -> tuple[float, float, str]:
+    """Wall seconds and CPU seconds (user + system) of ``cmd`` in a new process, which must
+    print ``want``; its stderr."""
+    import resource
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+    t0, c0 = time.perf_counter(), cpu()
+    got = subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    wall, used = time.perf_counter() - t0, cpu() - c0
+    if got.stdout != want:
+        raise SystemExit(f"{' '.join(cmd)} printed {got.stdout!r}, not {want!r}")
+    return wall, used, got.stderr.decode()
+
+
+def second_run(product: Path, target: str, repeats: int) -> None:
+    """Print the median wall time of ``deltachip run product.elf --engine fast`` in a new
+    process, that of a process that imports numpy alone, and the median seconds of each part
+    of the run (:func:`time_run`, in processes of their own, alternating with the others)."""
+    import json
+    py, want = [sys.executable], Machine.from_elf(product).run(10**6).output
+    argv = ["run", str(product.resolve()), "--engine", "fast", "--target", target]
+    runs, bare, parts = [], [], []
+    for _ in range(repeats):
+        runs.append(_wall(py + ["-m", "deltachip"] + argv, want)[:2])
+        bare.append(_wall(py + ["-c", "import numpy"])[0])
+        err = _wall(py + [__file__, "--time-run"] + argv, want)[2]
+        parts.append(json.loads(err.strip().splitlines()[-1]))
+    run, used = (statistics.median(r[i] for r in runs) for i in (0, 1))
+    print(f"second `deltachip run product.elf --engine fast --target {target}` (a new process, "
+          f"median of {repeats}): {run:.2f} s wall, {used:.2f} s CPU (user + system); a "
+          f"process that imports numpy alone {statistics.median(bare):.2f} s wall; in the "
+          "run (medians):")
+    for k in parts[0]:
+        print(f"  {statistics.median(p[k] for p in parts):7.3f} s  {k}")
+
+
+def load_figures(path: Path, image, target: str, threads: int, repeats: int, out: Path):
+    """Print the load from the checkpoint beside the load from the stored sparse form (the
+    engine as a program gets it; medians of ``repeats``, the page cache warm), the two
+    models compared array for array, and a second ``deltachip run`` of product in a new
+    process; return the engine loaded from the stored form."""
+    from backends.fast.engine import FastEngine
+    from backends.fast.stored import first_difference
+    from backends.fast import stored
+    form = stored.place(path, stored.checkpoint_key(path)[0])
+    had = (form / stored.WEIGHTS).stat().st_mtime_ns if (form / stored.WEIGHTS).exists() else 0
+    t0 = time.perf_counter()
+    FastEngine(path, roms=image.images, threads=threads)     # stores the form if none is
+    first = time.perf_counter() - t0
+    if not had or (form / stored.WEIGHTS).stat().st_mtime_ns != had:
+        size = (form / stored.WEIGHTS).stat().st_size
+        print(f"first load: from the checkpoint, the sparse form stored ({size / 2**20:,.0f} "
+              f"MiB in {form}): {first:.2f} s")
+    cold, warm = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ce = FastEngine(path, roms=image.images, threads=threads, sparse_form=False)
+        cold.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        eng = FastEngine(path, roms=image.images, threads=threads)
+        warm.append(time.perf_counter() - t0)
+    same = first_difference(eng.model, ce.model)
+    del ce
+    c, w = statistics.median(cold), statistics.median(warm)
+    print(f"load (FastEngine, median of {repeats}): from the checkpoint {c:.2f} s, from the "
+          f"stored sparse form {w:.3f} s ({c / w:,.0f}x); the two models "
+          + ("equal, array for array" if same is None else f"DIFFER: {same}"))
+    second_run(toolchain.build(toolchain.shipped_programs()["product"], out / "product.elf"),
+               target, repeats)
+    return eng
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="compact")
@@ -82,18 +208,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--program-repeats", type=int, default=1)
     ap.add_argument("--no-programs", action="store_true")
+    ap.add_argument("--load-repeats", type=int, default=3)
+    ap.add_argument("--only-load", action="store_true", help="the load figures alone")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    from backends.fast.engine import FastEngine
     print(f"CPU: {os.cpu_count()} cores, flags: {cpu_flags()}; target {a.target}, bf16")
     path = compiled_core(target=a.target)
     out = Path("build/bench")
     out.mkdir(parents=True, exist_ok=True)
     sieve = toolchain.build(toolchain.shipped_programs()["sieve"], out / "sieve.elf")
     image = load_program(sieve, None)
-    t0 = time.perf_counter()
-    eng = FastEngine(path, roms=image.images, threads=a.threads)
-    print(f"fast engine load: {time.perf_counter() - t0:.1f} s")
+    eng = load_figures(path, image, a.target, a.threads, a.load_repeats, out)
+    if a.only_load:
+        return
 
     fast1, n = stream_rate(eng, image, a.tokens, a.repeats)
     hf1 = hf_rate(path, image, a.hf_tokens)

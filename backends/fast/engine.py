@@ -11,7 +11,9 @@ whose proof covers prefill, its chunked prefill give), ``sublayer_taps`` and mem
 read-back. Loading verifies every structural fact the kernel relies on
 (:mod:`backends.fast.model`); a checkpoint that breaks one is refused with the reason, and
 a value that leaves the kernel's exact domain stops its stream with
-:class:`backends.fast.native.FastError`: never a silently different run.
+:class:`backends.fast.native.FastError`: never a silently different run. A compiled
+directory's model is that load's once: later loads map its stored sparse form
+(:mod:`backends.fast.stored`; ``sparse_form=False`` loads from the checkpoint regardless).
 
 Streams of one cache run on ``threads`` threads (default: the CPU count), each C call
 releasing the GIL. Where the C kernel cannot be built, the engine runs the numpy kernel
@@ -30,10 +32,17 @@ import numpy as np
 import torch
 
 from backends.engine import ChipEngine
-from backends.fast import model as fmodel
+from backends.fast import model as fmodel, stored
 from backends.fast.native import FastError, make_kernel
 
 __all__ = ["FastEngine", "FastCache", "FastError"]
+
+
+def is_merged(path: str | Path) -> bool:
+    """:func:`backends.merge.engine.is_merged` (a merge manifest in ``path``), without
+    importing that module, which imports transformers: a compiled chip's load needs none."""
+    from backends.merge.routed import MANIFEST
+    return os.path.lexists(Path(path) / MANIFEST)
 
 
 class FastCache:
@@ -55,15 +64,15 @@ class FastEngine(ChipEngine):
 
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None, threads: int | None = None,
-                 progress: Callable[[str], None] | None = None):
-        from backends.merge.engine import is_merged, take_merged
+                 progress: Callable[[str], None] | None = None, sparse_form: bool = True):
         if is_merged(path):             # the chip of a merged checkpoint
+            from backends.merge.engine import take_merged
             take_merged(self, Path(path), dtype, roms)
-            where = self.merged
+            self.model = fmodel.load(self.merged, self.dtype_name, progress)
         else:
             super().__init__(path, dtype, roms)
-            where = self.path
-        self.model = fmodel.load(where, self.dtype_name, progress)
+            self.model = (stored.load(self.path, self.dtype_name, self.chip, progress)
+                          if sparse_form else fmodel.load(self.path, self.dtype_name, progress))
         self.native = make_kernel(self.model)
         self.threads = max(1, threads or os.cpu_count() or 1)
         self._gdn = {li: ly.gdn for li, ly in enumerate(self.model.layers) if ly.kind == 0}

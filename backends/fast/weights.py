@@ -22,7 +22,7 @@ from common.inputs import InputTooLarge, read_bounded
 #: safetensors dtypes this reader maps, with the numpy word each is read as (a float's
 #: bits for BF16; the structured token tables of a merged checkpoint hold integers)
 _WORDS = {"BF16": np.uint16, "F32": np.float32, "I32": np.int32, "I64": np.int64,
-          "U8": np.uint8}
+          "U8": np.uint8, "I8": np.int8}
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Tensors:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._entries: dict[str, _Entry] = {}
+        #: the ``__metadata__`` of the files (strings to strings), merged
+        self.metadata: dict[str, str] = {}
         index = self.path / INDEX
         if (self.path / SINGLE).is_file():
             files = [self.path / SINGLE]
@@ -66,6 +68,7 @@ class Tensors:
             raise ChipDirError(f"{f}: is {special_kind(f, follow_symlinks=True)}, not a "
                                "regular file")
         h = read_header(f, ChipDirError)
+        self.metadata.update(h.metadata)
         for name, t in h.tensors.items():
             if t.dtype not in _WORDS:
                 raise ChipDirError(f"{f}: {name} is {t.dtype}; the fast engine reads "
@@ -89,7 +92,7 @@ class Tensors:
 
     def raw(self, name: str) -> tuple[np.ndarray, str]:
         """The tensor's stored words (uint16 for BF16, float32 for F32, the integer itself
-        for I32, I64 and U8), memory-mapped, in its shape; with its safetensors dtype."""
+        for I32, I64, U8 and I8), memory-mapped, in its shape; with its safetensors dtype."""
         e = self._entry(name)
         kind = _WORDS[e.dtype]
         if e.nbytes == 0:

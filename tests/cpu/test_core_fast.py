@@ -6,6 +6,9 @@ first positions of product (every residual dim after every sublayer, the next to
 memory); fast = sim teacher-forced over the ISA suite and the shipped firmware below the
 long ones (every position's next token, every memory after every 2,048 positions, every
 designed lane on the short ones); ``deltachip run --engine fast`` on calc equals ``ref``.
+The fast engine here is loaded as ``deltachip run`` loads it, from the entry's stored sparse
+form (backends/fast/stored.py), which equals the model made from the checkpoint array for
+array.
 Slow: the long programs (sieve and the rest); fast = hf on product's first 64 positions at
 qwen3.5-4b shapes (bf16 and fp32) and on compact fp32; at qwen3.5-4b shapes (bf16 and fp32)
 fast = sim on the ISA suite and the short firmware.
@@ -49,6 +52,18 @@ def test_fast_equals_hf_on_the_full_core(checkpoint, firmware_elf):
     assert rep.ok, "\n".join(rep.problems())
     assert rep.positions == 17 and rep.memory_checks >= 4
     assert rep.lane_checks == 17 * 22 * fast.model.H
+
+
+def test_the_stored_sparse_form_equals_the_checkpoints(checkpoint):
+    """The core's fast model mapped from its stored sparse form (made beside the entry's
+    weights on its first load) equals the one made from the checkpoint, array for array."""
+    from backends.fast import model as fmodel, stored
+    from backends.fast.engine import FastEngine
+    FastEngine(checkpoint)                  # stores the form, if no load has yet
+    assert (checkpoint / stored.BESIDE / stored.WEIGHTS).is_file()
+    mapped = FastEngine(checkpoint).model
+    assert not mapped.embed[2].flags.writeable and not mapped.layers[0].gate.val.flags.writeable
+    assert stored.first_difference(mapped, fmodel.load(checkpoint, "bf16")) is None
 
 
 @pytest.mark.parametrize("name", ISA_TESTS)
