@@ -43,7 +43,7 @@ from backends import manifest
 from backends.chipschema import SchemaError, check_chip
 from backends.target import json_kind
 from common.errors import UserError
-from common.inputs import InputTooLarge, read_bounded
+from common.inputs import BadJSON, InputTooLarge, loads_json, read_bounded
 from common.outputs import (building_dir, disk_shortfall, os_reason, prepare_dir_output,
                             special_kind)
 
@@ -110,15 +110,15 @@ def _read_json(path: Path, what: str) -> Any:
             raise ChipDirError(f"{path}: is {kind}, not a regular file: {RECOMPILE}")
         raise ChipDirError(f"{path.parent}: not a compiled chip directory (no {what})")
     try:
-        return json.loads(read_bounded(path, *JSON_LIMITS[path.name]))
+        return loads_json(read_bounded(path, *JSON_LIMITS[path.name]))
     except OSError as e:
         raise ChipDirError(f"{path}: cannot read: {os_reason(e)}") from None
     except InputTooLarge as e:
         raise ChipDirError(f"{e}: {RECOMPILE}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except BadJSON as e:
+        raise ChipDirError(f"{path}: corrupt (JSON {e}): {RECOMPILE}") from None
+    except ValueError as e:
         raise ChipDirError(f"{path}: corrupt (not valid JSON: {e}): {RECOMPILE}") from None
-    except RecursionError:
-        raise ChipDirError(f"{path}: corrupt (JSON nested too deeply): {RECOMPILE}") from None
 
 
 def _ours(name: str) -> bool:
@@ -133,8 +133,8 @@ def _is_checkpoint(d: Path, entries: list[str]) -> bool:
     if "chip.json" not in entries or not all(map(_ours, entries)):
         return False
     try:
-        chip = json.loads(read_bounded(d / "chip.json", *JSON_LIMITS["chip.json"]))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, InputTooLarge):
+        chip = loads_json(read_bounded(d / "chip.json", *JSON_LIMITS["chip.json"]))
+    except (OSError, ValueError, InputTooLarge):
         return False
     return isinstance(chip, dict) and str(chip.get("format", "")).startswith(FORMAT)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import UserError
-from common.inputs import InputTooLarge, read_bounded
+from common.inputs import InputTooLarge, loads_json, read_bounded
 
 
 class TargetError(UserError):
@@ -138,12 +138,12 @@ def get_target(spec: str) -> Target:
         raise TargetError(f"unknown target '{spec}': expected compact, qwen3.5-4b or the path "
                           "of a Qwen3.5 config.json")
     try:
-        cfg = json.loads(read_bounded(path, MAX_CONFIG_BYTES, CONFIG_LIMIT_WHAT))
+        cfg = loads_json(read_bounded(path, MAX_CONFIG_BYTES, CONFIG_LIMIT_WHAT))
     except OSError as e:
         raise TargetError(f"target {spec}: cannot read the config: {e.strerror or e}") from None
     except InputTooLarge as e:
         raise TargetError(f"target {spec}: the config {e.problem}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except ValueError as e:
         raise TargetError(f"target {spec}: not valid JSON: {e}") from None
     return target_from_config(cfg, spec, path.name)
 

@@ -83,3 +83,31 @@ def read_text_bounded(path: str | Path, limit: int, what: str) -> str:
     """:func:`read_bounded` of a UTF-8 text file (a leading byte-order mark dropped);
     UnicodeDecodeError when it is not UTF-8."""
     return read_bounded(path, limit, what).decode("utf-8-sig")
+
+
+#: the most digits of an integer in a JSON file a reader takes (Python's own limit for
+#: converting text to int; a longer number is refused here by name, not by int()'s advice)
+MAX_JSON_DIGITS = 4300
+
+
+class BadJSON(ValueError):
+    """JSON text that cannot be taken: invalid, nested too deeply or holding a number too
+    long (a ValueError, as json's own errors are)."""
+
+
+def _json_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_JSON_DIGITS:
+        raise BadJSON(f"a number of {digits:,} digits (at most {MAX_JSON_DIGITS:,})")
+    return int(text)
+
+
+def loads_json(data: bytes | str) -> object:
+    """``json.loads(data)`` whose every failure is a ValueError (json's own errors,
+    UnicodeDecodeError, or :class:`BadJSON` for nesting too deep for the parser's stack and
+    for an integer longer than :data:`MAX_JSON_DIGITS` digits), never a RecursionError."""
+    import json
+    try:
+        return json.loads(data, parse_int=_json_int)
+    except RecursionError:
+        raise BadJSON("nested too deeply") from None

@@ -40,21 +40,48 @@ class Chat:
 
     def __init__(self, path: str | Path, dtype: str = "bf16", thinking: bool = False,
                  call_budget: int | None = None):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
-        from backends.merge.engine import check_files, read_manifest
+        from backends.checkpoint import load_chip_json
+        from backends.merge.engine import check_chip_config, check_files, read_manifest
         d = Path(path)
         manifest = read_manifest(d, "")
         check_files(d, manifest)        # every file as the merge wrote it, before loading
-        if not (manifest.get("bridge") or {}).get("tool_calls"):
-            why = (manifest.get("bridge") or {}).get("why", "it was merged without --firmware")
+        if manifest["layout"] == "routed":  # and what the modeling file reads first
+            check_chip_config(d, load_chip_json(d / "deltachip"), manifest)
+        bridge = manifest.get("bridge") if isinstance(manifest.get("bridge"), dict) else {}
+        if not bridge.get("tool_calls"):
+            why = bridge.get("why", "it was merged without --firmware")
             raise ChipDirError(f"{d}: this merged model answers no tool calls ({why}); merge "
                                f"with `deltachip merge BASE_DIR OUT_DIR --firmware calc`")
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         #: the stock layout's driver (None: the routed model answers inside generate())
         self.driver: Any = None
+        try:
+            self._load(d, manifest, dtype)
+        except ChipDirError:
+            raise
+        except Exception as e:      # the model's own code, run from its folder: any error
+            from backends.merge.engine import load_error
+            raise load_error(d, e) from None
+        budget = getattr(self.model.generation_config, "chip_call_budget", None)
+        if call_budget is None and budget is not None and not (type(budget) is int
+                                                               and budget > 0):
+            import json
+            raise ChipDirError(f"{d / 'generation_config.json'}: chip_call_budget must be a "
+                               f"positive integer (the most chip tokens a tool call runs), got "
+                               f"{json.dumps(budget)[:40]}: fix it, or give --call-budget N")
+        if call_budget is not None:         # the most chip tokens a call runs
+            self.model.generation_config.chip_call_budget = call_budget
+            if self.driver is not None:
+                self.driver.cfg["max_tokens"] = call_budget
+        self.thinking = thinking
+        self.calls: list[dict[str, Any]] = []
+
+    def _load(self, d: Path, manifest: dict[str, Any], dtype: str) -> None:
+        """The model, its tokenizer and (stock layout) the call driver, loaded from ``d``."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if manifest["layout"] == "stock":   # plain transformers, calls run by the driver
@@ -72,12 +99,6 @@ class Chat:
             self.tok = AutoTokenizer.from_pretrained(str(d), config=self.model.config)
             if manifest["layout"] == "stock":
                 self.driver = StockCalls(d, self.model, self.tok)
-        if call_budget is not None:         # the most chip tokens a call runs
-            self.model.generation_config.chip_call_budget = call_budget
-            if self.driver is not None:
-                self.driver.cfg["max_tokens"] = call_budget
-        self.thinking = thinking
-        self.calls: list[dict[str, Any]] = []
 
     def prompt_text(self, prompt: str) -> str:
         """The prompt as a user turn of the base's chat template, the calc tool offered, the

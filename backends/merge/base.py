@@ -15,13 +15,14 @@ as ``model.``) and the lm_head; the vision tower (``model.visual.``) is left out
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from backends.merge.stfile import Header, MergeError, TensorEntry, read_header
-from common.inputs import InputTooLarge, read_bounded
+from common.inputs import InputTooLarge, loads_json, read_bounded
 from common.outputs import os_reason, special_kind
 
 MODEL_TYPE = "qwen3_5_text"
@@ -51,6 +52,8 @@ INT_FIELDS = REQUIRED + ("intermediate_size", "num_attention_heads", "num_key_va
                          "linear_conv_kernel_dim", "full_attention_interval",
                          "max_position_embeddings")
 FLOAT_FIELDS = ("rms_norm_eps",)
+#: the weight dtypes a config's ``dtype`` (``torch_dtype``) may name (FLOAT_DTYPES')
+CONFIG_DTYPES = ("bfloat16", "float16", "float32")
 LAYER_RE = re.compile(r"model\.layers\.(\d+)\.")
 #: tensors transformers ignores in a Qwen3.5 text checkpoint (the multi-token-prediction head)
 IGNORED_PREFIXES = ("mtp.",)
@@ -113,12 +116,12 @@ class Base:
 def read_json(path: Path, what: str) -> Any:
     """The JSON in ``path`` (read with the bound for its name); MergeError otherwise."""
     try:
-        return json.loads(read_bounded(path, JSON_LIMITS.get(path.name, 64 << 20), what))
+        return loads_json(read_bounded(path, JSON_LIMITS.get(path.name, 64 << 20), what))
     except OSError as e:
         raise MergeError(f"{path}: cannot read: {os_reason(e)}") from None
     except InputTooLarge as e:
         raise MergeError(str(e)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except ValueError as e:
         raise MergeError(f"{path}: not valid JSON: {e}") from None
 
 
@@ -141,7 +144,9 @@ def read_base(path: str | Path) -> Base:
     if multimodal:
         cfg = language_config(cfg, cfg_path)
     check_config(cfg, cfg_path)
-    extra = {n: d / n for n in TOKENIZER_FILES + OTHER_FILES if (d / n).is_file()}
+    extra = _extra_files(d)
+    for p in extra.values():        # a damaged one named now, before the weights are read
+        read_text_file(p)
     files = _weight_files(d)
     prefix = LANGUAGE_PREFIX if multimodal and any(
         n.startswith(LANGUAGE_PREFIX) for h in files for n in h.tensors) else ""
@@ -149,6 +154,67 @@ def read_base(path: str | Path) -> Base:
     check_layers(base, cfg_path)
     check_tensors(base)
     return base
+
+
+#: most bytes read of a tokenizer or generation file the merge copies (beside JSON_LIMITS)
+TEXT_LIMIT = 64 << 20
+
+
+def _extra_files(d: Path) -> dict[str, Path]:
+    """The tokenizer and generation files of base ``d`` (:data:`TOKENIZER_FILES`,
+    :data:`OTHER_FILES`) that are present, by name; MergeError for one that is there but
+    cannot be read as a file (a directory, a FIFO, a device, a symbolic link to nothing or
+    to itself): it is never skipped as if it were missing."""
+    out = {}
+    for n in TOKENIZER_FILES + OTHER_FILES:
+        p = d / n
+        if p.is_file():
+            out[n] = p
+        elif os.path.lexists(p):
+            kind = special_kind(p, follow_symlinks=True)
+            raise MergeError(f"{p}: is {kind}, not a regular file" if kind is not None else
+                             f"{p}: a symbolic link that leads to no file (missing, or a loop)")
+    return out
+
+
+def read_text_file(p: Path) -> bytes:
+    """The bytes of a tokenizer or generation file the merge copies, read with a bound and
+    checked as its readers will take it: a ``.json`` file a JSON object, any other file
+    UTF-8 text (a chat template, ``merges.txt``); MergeError otherwise, so a damaged file is
+    named by the merge, not met later by whoever loads the merged model."""
+    try:
+        data = read_bounded(p, JSON_LIMITS.get(p.name, TEXT_LIMIT), f"a base's {p.name}")
+    except OSError as e:
+        raise MergeError(f"{p}: cannot read: {os_reason(e)}") from None
+    except InputTooLarge as e:
+        raise MergeError(str(e)) from None
+    if p.suffix == ".json":
+        try:
+            value = loads_json(data)
+        except ValueError as e:
+            raise MergeError(f"{p}: not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise MergeError(f"{p}: not a JSON object")
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MergeError(f"{p}: not UTF-8 text (byte {e.start:,})") from None
+        if p.suffix == ".jinja":
+            check_template(p, text)
+    return data
+
+
+def check_template(p: Path, text: str) -> None:
+    """MergeError unless ``text`` (chat template file ``p``) compiles as transformers
+    compiles a chat template: a truncated or damaged one is named at the merge."""
+    import jinja2
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+    try:
+        _compile_jinja_template(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise MergeError(f"{p}: not a valid Jinja chat template (line {e.lineno}: "
+                         f"{e.message})") from None
 
 
 def check_layers(base: Base, where: Path) -> None:
@@ -203,6 +269,11 @@ def check_config(cfg: dict[str, Any], where: Path) -> None:
                               or not 0 < v < float("inf")):
             raise MergeError(f"{where}: field '{key}' must be a positive number, got "
                              f"{json.dumps(v)[:200]}")
+    for key in ("dtype", "torch_dtype"):
+        v = cfg.get(key)
+        if v is not None and v not in CONFIG_DTYPES:
+            raise MergeError(f"{where}: field '{key}' must be one of "
+                             f"{', '.join(CONFIG_DTYPES)}, got {json.dumps(v)[:200]}")
     kinds = cfg.get("layer_types")
     if kinds is not None and (not isinstance(kinds, list) or any(
             k not in ("linear_attention", "full_attention") for k in kinds)):
@@ -269,13 +340,22 @@ def _weight_files(d: Path) -> list[Header]:
     return headers
 
 
-def expected_tensors(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+def expected_tensors(cfg: dict[str, Any], where: Path | None = None
+                     ) -> dict[str, tuple[int, ...]]:
     """Every tensor transformers' ``Qwen3_5ForCausalLM`` loads for ``cfg``, with its shape
-    (the lm_head only when untied)."""
+    (the lm_head only when untied); MergeError naming ``where`` (the config's file) when
+    transformers cannot build a model of it (a field it reads only then, of a wrong type)."""
     import torch
     from transformers import Qwen3_5ForCausalLM
-    with torch.device("meta"):
-        model = Qwen3_5ForCausalLM(text_config(cfg))
+    try:
+        with torch.device("meta"):
+            model = Qwen3_5ForCausalLM(text_config(cfg))
+    except Exception as e:          # transformers' own code on the user's config
+        text = str(e).strip()
+        first = text.splitlines()[0] if text else ""
+        raise MergeError(f"{where or 'the base config'}: transformers cannot build a model of "
+                         f"this Qwen3.5 config: {e.__class__.__name__}"
+                         + (f": {first[:200]}" if first else "")) from None
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if cfg.get("tie_word_embeddings", False):
         want.pop("lm_head.weight", None)
@@ -287,7 +367,7 @@ def check_tensors(base: Base) -> None:
     float dtype (an ignored multi-token-prediction head, a vision-language base's vision
     tower, and a tied lm_head, may be there too)."""
     cfg, d = base.config, base.path
-    want = expected_tensors(cfg)
+    want = expected_tensors(cfg, d / "config.json")
     have = base.tensors()
     stored = {n for h in base.files for n in h.tensors}
     problems = [f"tensor {n} is not part of a Qwen3.5 model (its text model is stored under "

@@ -38,8 +38,11 @@ from backends.hf_engine import HFEngine, load_checked
 from backends.merge.stock_chip import REMERGE, stock_dims
 
 MANIFEST = "deltachip.json"
+MODELING = "modeling_deltachip.py"
 FORMAT = "deltachip-merge"
 LAYOUTS = ("routed", "stock")
+#: the dtypes a merged checkpoint is written in (its manifest's ``dtype``)
+DTYPES = ("bf16", "fp32")
 #: the most bytes read of each JSON file of a merged checkpoint, and why
 MERGED_JSON_LIMITS = {
     MANIFEST: (1 << 20, "a merge manifest (one is a few KB)"),
@@ -52,13 +55,23 @@ def read_merged_json(f: Path) -> Any:
     """The JSON of file ``f`` of a merged checkpoint (``deltachip.json`` or ``config.json``),
     read with its bound (:data:`MERGED_JSON_LIMITS`). Raises InputTooLarge, OSError (a
     directory, a FIFO or another special file: :class:`NotRegular`),
-    UnicodeDecodeError, json.JSONDecodeError or RecursionError."""
-    from common.inputs import read_bounded
+    or ValueError (not UTF-8, not JSON, nested too deeply, a number too long)."""
+    from common.inputs import loads_json, read_bounded
     from common.outputs import special_kind
     kind = special_kind(f, follow_symlinks=True)
     if kind is not None:            # a FIFO would block the read, a directory fails it
         raise NotRegular(f, kind)
-    return json.loads(read_bounded(f, *MERGED_JSON_LIMITS[f.name]))
+    return loads_json(read_bounded(f, *MERGED_JSON_LIMITS[f.name]))
+
+
+def load_error(d: Path, e: BaseException) -> ChipDirError:
+    """What to say when transformers fails to load merged checkpoint ``d`` (its config, its
+    modeling file, its weights or its tokenizer) with ``e``: the first line of the error."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else ""
+    what = f"{e.__class__.__name__}: {first}" if first else e.__class__.__name__
+    return ChipDirError(f"{d}: transformers cannot load the merged checkpoint ({what[:300]}): "
+                        f"merge it again")
 
 
 class NotRegular(OSError):
@@ -109,6 +122,7 @@ class MergedEngine(ChipIds, ChipEngine):
         if self.manifest["layout"] != "routed":
             raise ChipDirError(f"{self.merged}: a {self.manifest['layout']} merge; "
                                "open_merged() gives its engine")
+        check_files(self.merged, self.manifest)     # as the merge wrote them, before loading
         self.model = self._load_model()
         self.offset = int(self.model.config.chip_token_offset)
         self.config = self.model.chip.model.config
@@ -122,10 +136,8 @@ class MergedEngine(ChipIds, ChipEngine):
                 warnings.simplefilter("ignore")
                 model = AutoModelForCausalLM.from_pretrained(str(self.merged), dtype=self.dtype,
                                                              trust_remote_code=True)
-        except (OSError, ValueError, RuntimeError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-            raise ChipDirError(f"{self.merged}: transformers cannot load the merged checkpoint "
-                               f"({first}): merge it again") from None
+        except Exception as e:      # the model's own code, run from its folder: any error
+            raise load_error(self.merged, e) from None
         return model.eval()
 
     def new_cache(self, batch: int = 1,
@@ -158,6 +170,8 @@ class StockEngine(ChipIds, HFEngine):
         """``model``: the merged checkpoint already loaded (in this engine's dtype), to share
         it; else it is loaded here."""
         take_merged(self, Path(path), dtype, roms)      # sets self.dims
+        if model is None:
+            check_files(self.merged, self.manifest)     # as the merge wrote them
         self.model = model if model is not None else load_checked(self.merged, self.dtype,
                                                                   REMERGE)
         self.config = self.model.config
@@ -202,7 +216,7 @@ def take_merged(eng: ChipEngine, d: Path, dtype: str | None,
     if eng.manifest["layout"] == "stock":
         eng.dims = stock_dims(d, eng.manifest, eng.chip)
     else:
-        check_chip_config(d, eng.chip)
+        check_chip_config(d, eng.chip, eng.manifest)
 
 
 def open_merged(d: str | Path, dtype: str | None = None,
@@ -214,10 +228,12 @@ def open_merged(d: str | Path, dtype: str | None = None,
     return MergedEngine(d, dtype, roms)
 
 
-def check_chip_config(d: Path, chip: dict[str, Any]) -> dict[str, list[int]]:
+def check_chip_config(d: Path, chip: dict[str, Any],
+                      manifest: dict[str, Any] | None = None) -> dict[str, list[int]]:
     """ChipDirError unless ``d``/config.json's ``chip_config`` holds every setting of the
-    chip's chip.json; gives its ``chip_sparse`` (the weights stored as their nonzeros:
-    name -> [out, in, nonzeros])."""
+    chip's chip.json (and, given the routed merge's ``manifest``, unless the fields the
+    modeling file reads agree with it: :func:`check_routed_fields`); gives its
+    ``chip_sparse`` (the weights stored as their nonzeros: name -> [out, in, nonzeros])."""
     f = d / "config.json"
     from common.inputs import InputTooLarge
     from common.outputs import os_reason
@@ -228,7 +244,7 @@ def check_chip_config(d: Path, chip: dict[str, Any]) -> dict[str, list[int]]:
         raise ChipDirError(f"{e}: merge it again") from None
     except OSError as e:
         raise ChipDirError(f"{f}: cannot read: {os_reason(e)}: merge it again") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, AttributeError):
+    except (ValueError, AttributeError):
         raise ChipDirError(f"{f}: unreadable or not a JSON object: merge it again") from None
     if not (isinstance(sparse, dict) and all(
             isinstance(v, list) and len(v) == 3 and all(type(x) is int and x >= 0 for x in v)
@@ -241,7 +257,64 @@ def check_chip_config(d: Path, chip: dict[str, Any]) -> dict[str, list[int]]:
             raise ChipDirError(f"{f} does not match deltachip/chip.json: chip_config.{key} is "
                                f"{got if got == 'missing' else repr(got)}, chip.json says "
                                f"{want!r}: merge it again")
+    if manifest is not None:
+        check_routed_fields(f, whole, manifest)
     return sparse
+
+
+def check_routed_fields(f: Path, cfg: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """ChipDirError unless the routed merged config ``cfg`` (of file ``f``) agrees with the
+    merge's manifest on what the modeling file reads before anything else: the chip's id
+    range (``chip_token_offset``, ``chip_vocab_size``, ``vocab_size``), the base's config
+    (its sha256), how the tables are stored, the memory-image layers and the bridge. A
+    config edited past its digest is named here, never met as a traceback in the model."""
+    import hashlib
+    tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
+    chip = manifest.get("chip") if isinstance(manifest.get("chip"), dict) else {}
+    base = manifest.get("base") if isinstance(manifest.get("base"), dict) else {}
+    offset, count = tokens.get("offset"), tokens.get("count")
+    if not all(type(v) is int and v > 0 for v in (offset, count)):
+        raise ChipDirError(f"{f.parent / MANIFEST}: its token range (tokens.offset, "
+                           f"tokens.count) is missing or malformed: merge it again")
+
+    def bad(field: str, want: str) -> ChipDirError:
+        got = json.dumps(cfg.get(field, "missing"))
+        return ChipDirError(f"{f}: {field} is {got[:80]}, but {want}: merge it again")
+    from backends.merge.routed import AUTO_MAP, MODEL_TYPE
+    if cfg.get("model_type") != MODEL_TYPE:
+        raise bad("model_type", f"a routed merge's is {MODEL_TYPE!r}")
+    if cfg.get("auto_map") != AUTO_MAP:
+        raise bad("auto_map", f"a routed merge's names {MODELING}'s classes")
+    want = {"chip_token_offset": offset, "chip_vocab_size": count, "vocab_size": offset + count}
+    for field, value in want.items():
+        if type(cfg.get(field)) is not int or cfg[field] != value:
+            raise bad(field, f"the merge wrote {value:,} ({MANIFEST}: tokens)")
+    b = cfg.get("base_config")
+    digest = base.get("config_sha256")
+    if not isinstance(b, dict) or (digest is not None and hashlib.sha256(json.dumps(
+            b, sort_keys=True).encode()).hexdigest() != digest):
+        raise ChipDirError(f"{f}: base_config is not the base's config the merge recorded "
+                           f"({MANIFEST}: base.config_sha256): merge it again")
+    form = (chip.get("tables") or {}).get("form", "plain") \
+        if isinstance(chip.get("tables"), dict) else "plain"
+    if cfg.get("chip_tables", "plain") != form:
+        raise bad("chip_tables", f"the merge stored the tables {form} ({MANIFEST}: "
+                                 "chip.tables.form)")
+    if form == "structured" and not (isinstance(cfg.get("chip_tables_shape"), dict) and all(
+            type(cfg["chip_tables_shape"].get(k)) is int and cfg["chip_tables_shape"][k] > 0
+            for k in ("embed_cols", "embed_palette", "head_kinds", "head_rows"))):
+        raise bad("chip_tables_shape", "structured tables need their four sizes")
+    layers = cfg.get("chip_rom_layers")
+    if layers is not None and not (isinstance(layers, list) and all(
+            type(x) is int and x >= 0 for x in layers)):
+        raise bad("chip_rom_layers", "it lists layer numbers")
+    if cfg.get("chip_bridge") is not None and not isinstance(cfg["chip_bridge"], dict):
+        raise bad("chip_bridge", "it is the tool-call bridge's object or null")
+    bridge = manifest.get("bridge")
+    has = isinstance(bridge, dict) and bool(bridge.get("tool_calls"))
+    if bool(cfg.get("chip_bridge")) != has:
+        raise bad("chip_bridge", f"the merge wrote {'one' if has else 'none'} ({MANIFEST}: "
+                                 "bridge.tool_calls)")
 
 
 def _rows(rows: list[dict[int, dict[int, torch.Tensor]]]
@@ -270,7 +343,7 @@ def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
         raise ChipDirError(f"{where}: {e}: merge it again") from None
     except NotRegular as e:
         raise ChipDirError(f"{where}: {MANIFEST} {e.strerror}: merge it again") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (OSError, ValueError):
         raise ChipDirError(f"{where}: not a checkpoint written by `deltachip merge` (no "
                            f"readable {MANIFEST})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
@@ -278,6 +351,9 @@ def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
     if m.get("layout") not in LAYOUTS:
         raise ChipDirError(f"{where}: layout {m.get('layout')!r}; expected one of "
                            f"{', '.join(LAYOUTS)}: merge it again")
+    if m.get("dtype") not in DTYPES:
+        raise ChipDirError(f"{where}: {MANIFEST}: dtype {json.dumps(m.get('dtype'))[:40]}; "
+                           f"expected one of {', '.join(DTYPES)}: merge it again")
     return m
 
 

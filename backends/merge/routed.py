@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from backends.chipschema import kind_ids
-from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json
+from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json, read_text_file
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
 from common.outputs import (building_dir, dir_name_problem, disk_shortfall, os_reason,
@@ -58,6 +58,9 @@ FORMAT_VERSION = 1
 MANIFEST = "deltachip.json"
 MODELING = "modeling_deltachip.py"
 MODEL_TYPE = "deltachip_routed"
+#: where transformers finds the routed model's classes (config.json's ``auto_map``)
+AUTO_MAP = {"AutoConfig": "modeling_deltachip.DeltachipRoutedConfig",
+            "AutoModelForCausalLM": "modeling_deltachip.DeltachipRoutedForCausalLM"}
 #: what may be in a directory this command wrote (besides shards), so it may be replaced
 OURS = {"config.json", INDEX, MANIFEST, MODELING, "deltachip", "generation_config.json",
         "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -140,7 +143,7 @@ def _is_merge(d: Path, entries: list[str]) -> bool:
     from common.inputs import InputTooLarge
     try:
         m = read_merged_json(d / MANIFEST)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, InputTooLarge):
+    except (OSError, ValueError, InputTooLarge):
         return False
     return isinstance(m, dict) and m.get("format") == FORMAT
 
@@ -450,10 +453,7 @@ def _text_files(base: Base, names: list[str], offset: int) -> dict[str, bytes]:
             out[fname] = json.dumps(_patch_tokenizer(tok, names, offset, p),
                                     ensure_ascii=False).encode()
         else:
-            try:
-                out[fname] = p.read_bytes()
-            except OSError as e:
-                raise MergeError(f"{p}: cannot read: {os_reason(e)}") from None
+            out[fname] = read_text_file(p)
     if "tokenizer_config.json" in out and "tokenizer.json" not in out:
         raise MergeError(f"base {base.path}: has a tokenizer without tokenizer.json; merge adds "
                          "the chip's tokens to a fast tokenizer's tokenizer.json")
@@ -464,8 +464,7 @@ def _config(base: Base, chip: _Chip, offset: int, count: int, dtype: str) -> dic
     cfg = {
         "model_type": MODEL_TYPE,
         "architectures": ["DeltachipRoutedForCausalLM"],
-        "auto_map": {"AutoConfig": "modeling_deltachip.DeltachipRoutedConfig",
-                     "AutoModelForCausalLM": "modeling_deltachip.DeltachipRoutedForCausalLM"},
+        "auto_map": AUTO_MAP,
         "base_config": base.config,
         "chip_config": chip.config,
         "chip_token_offset": offset,

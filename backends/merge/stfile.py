@@ -23,6 +23,7 @@ from typing import BinaryIO, Sequence
 import numpy as np
 
 from common.errors import UserError
+from common.inputs import loads_json
 from common.outputs import os_reason
 
 #: bytes per element of each safetensors dtype
@@ -115,8 +116,8 @@ def read_header(path: Path, error: type[UserError] = MergeError) -> Header:
     except OSError as e:
         raise error(f"{path}: cannot read: {os_reason(e)}") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        header = loads_json(raw.decode("utf-8"))
+    except ValueError as e:
         raise error(f"{path}: corrupt (its header is not JSON: {e})") from None
     if not isinstance(header, dict):
         raise error(f"{path}: corrupt (its header is not a JSON object)")

@@ -66,14 +66,14 @@ class StockDims:
 
 def stock_dims(d: Path, manifest: dict[str, Any], chip: dict[str, Any]) -> StockDims:
     """The chip's place in the stock merge at ``d`` (see the module docstring)."""
-    from common.inputs import InputTooLarge, read_bounded
+    from common.inputs import BadJSON, InputTooLarge, loads_json, read_bounded
     f = d / "config.json"
     try:
-        cfg = json.loads(read_bounded(f, _MAX_CONFIG, "a Qwen3.5 config.json"))
+        cfg = loads_json(read_bounded(f, _MAX_CONFIG, "a Qwen3.5 config.json"))
         st, tokens = manifest["stock"], manifest["tokens"]
         (c0, h1), (l0, lc) = st["chip_dims"], st["chip_layers"]
         hidden, offset, vocab = st["hidden"], tokens["offset"], tokens["count"]
-    except (OSError, InputTooLarge, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (OSError, InputTooLarge, BadJSON, UnicodeDecodeError, json.JSONDecodeError):
         raise ChipDirError(f"{f}: unreadable or not JSON: {REMERGE}") from None
     except (KeyError, TypeError, ValueError):
         raise ChipDirError(f"{d / 'deltachip.json'}: its stock section or token range is "

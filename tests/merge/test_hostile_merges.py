@@ -268,3 +268,161 @@ def test_non_regular_files_are_named_by_what_they_are(bases, chips, tmp_path):
         merge_routed(bases["tied"], tmp_path / "out", chip)
     assert str(e.value) == (f"{chip / 'chip.json'}: is a directory, not a regular file: "
                             f"recompile it with `deltachip compile`")
+
+
+# ---- the hostile pass (scripts/hostile_pass.py): files merge copies, JSON numbers ----------
+
+@pytest.mark.parametrize("name, content, said", [
+    ("tokenizer_config.json", b"[" * 200_000 + b"]" * 200_000,
+     "not valid JSON: nested too deeply"),
+    ("generation_config.json", b'{"x": ' + b"9" * 5000 + b"}",
+     "not valid JSON: a number of 5,000 digits (at most 4,300)"),
+    ("generation_config.json", b"[]", "not a JSON object"),
+    ("chat_template.jinja", b"{{ x }}\xff\xfe", "not UTF-8 text (byte 7)"),
+])
+def test_files_merge_copies_are_checked_as_their_readers_take_them(bases, chips, tmp_path,
+                                                                    name, content, said):
+    """A tokenizer or generation file the merge copies as it is must be what transformers
+    will read (a JSON object, UTF-8 text): else the merge succeeded into a model that does
+    not load (class 3)."""
+    base = _copy(bases["tied"], tmp_path / "base")
+    (base / name).write_bytes(content)
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert str(e) == f"{base / name}: {said}"
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file"),
+    (lambda p: os.mkfifo(p), "is a named pipe (FIFO), not a regular file"),
+    (lambda p: p.mkdir(), "is a directory, not a regular file"),
+    (lambda p: p.symlink_to(p.name), "a symbolic link that leads to no file (missing, or a "
+                                     "loop)"),
+])
+def test_a_tokenizer_file_that_is_not_a_file_is_not_skipped(bases, chips, tmp_path, make,
+                                                            said):
+    """It used to be skipped as if missing: the merged model had no tokenizer (class 3)."""
+    base = _copy(bases["tied"], tmp_path / "base")
+    (base / "tokenizer.json").unlink()
+    make(base / "tokenizer.json")
+    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    assert str(e) == f"{base / 'tokenizer.json'}: {said}"
+
+
+def test_a_json_number_too_long_is_refused_by_name(tmp_path):
+    """json.loads raised int()'s ValueError (advising sys.set_int_max_str_digits), which no
+    reader caught: a traceback (class 4)."""
+    raw = b'{"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}, "n": 1' + b"0" * 5000
+    raw += b"}"
+    f = tmp_path / "big.st"
+    f.write_bytes(struct.pack("<Q", len(raw)) + raw + b"abcd")
+    with pytest.raises(MergeError) as e:
+        read_header(f)
+    assert str(e.value) == (f"{f}: corrupt (its header is not JSON: a number of 5,001 digits "
+                            f"(at most 4,300))")
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "deltachip.json").write_text('{"format": ' + "7" * 5000 + "}")
+    with pytest.raises(ChipDirError) as e:
+        read_manifest(d)
+    assert str(e.value) == (f"--model {d}: not a checkpoint written by `deltachip merge` (no "
+                            f"readable deltachip.json)")
+
+
+def _rerecorded(src: Path, dst: Path, rel: str, edit) -> Path:
+    """A copy of merged checkpoint ``src`` whose file ``rel`` is edited by ``edit(path)`` and
+    re-recorded in its deltachip.json (size and sha256): damage the digests cannot see."""
+    import hashlib
+    d = _copy(src, dst)
+    edit(d / rel)
+    m = json.loads((d / "deltachip.json").read_text())
+    data = (d / rel).read_bytes()
+    m["files"][rel] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (d / "deltachip.json").write_text(json.dumps(m))
+    return d
+
+
+def _set(**changes):
+    def edit(p: Path):
+        cfg = json.loads(p.read_text())
+        cfg.update(changes)
+        p.write_text(json.dumps(cfg))
+    return edit
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"chip_token_offset": "x"}, "chip_token_offset is \"x\", but the merge wrote 320 "
+                                 "(deltachip.json: tokens)"),
+    ({"chip_token_offset": -5}, "chip_token_offset is -5, but the merge wrote 320 "
+                                "(deltachip.json: tokens)"),
+    ({"vocab_size": 5}, "vocab_size is 5, but the merge wrote 577 (deltachip.json: tokens)"),
+    ({"base_config": 5}, "base_config is not the base's config the merge recorded "
+                         "(deltachip.json: base.config_sha256)"),
+    ({"auto_map": None}, "auto_map is null, but a routed merge's names modeling_deltachip.py's "
+                         "classes"),
+    ({"chip_rom_layers": ["a"]}, "chip_rom_layers is [\"a\"], but it lists layer numbers"),
+    ({"chip_bridge": {"x": 1}}, "chip_bridge is {\"x\": 1}, but the merge wrote none "
+                                "(deltachip.json: bridge.tool_calls)"),
+])
+def test_a_merged_config_edited_past_its_digest_is_named(merged, tmp_path, capfd, changes,
+                                                         said):
+    """The hostile pass's re-recorded configs: what the modeling file reads first is checked
+    against the manifest before transformers loads the model (chat, run --model), not met
+    as a traceback inside it or run with a vocabulary of 5 (classes 3 and 4)."""
+    from deltachip.cli import main
+    d = _rerecorded(merged("tied", "counter"), tmp_path / "m", "config.json", _set(**changes))
+    assert main(["chat", str(d), "--prompt", "x"]) == 2
+    assert capfd.readouterr().err == f"{d / 'config.json'}: {said}: merge it again\n"
+    from backends.merge.engine import MergedEngine
+    with pytest.raises(ChipDirError) as e:
+        MergedEngine(d)
+    assert str(e.value) == f"{d / 'config.json'}: {said}: merge it again"
+
+
+def test_a_modeling_file_that_fails_to_load_is_named(merged, tmp_path):
+    """Any error raised while transformers loads the model (its own code, run from the
+    model's folder) is named with the folder, not a traceback (class 4)."""
+    from backends.merge.engine import MergedEngine
+
+    def broken(p: Path):
+        p.write_text(p.read_text() + "\nraise ImportError('no module named cop')\n")
+    d = _rerecorded(merged("tied", "counter"), tmp_path / "m", "modeling_deltachip.py", broken)
+    with pytest.raises(ChipDirError) as e:
+        MergedEngine(d)
+    assert str(e.value) == (f"{d}: transformers cannot load the merged checkpoint (ImportError: "
+                            f"no module named cop): merge it again")
+
+
+def test_a_merged_model_s_files_are_checked_before_run_model(merged, tmp_path):
+    """`run --model` (the hf engine) checks every file against the manifest's record, as
+    chat does: a modeling file edited in place is named before transformers runs it."""
+    from backends.merge.engine import MergedEngine
+    d = _copy(merged("tied", "counter"), tmp_path / "m")
+    f = d / "modeling_deltachip.py"
+    f.write_text(f.read_text().replace("import copy", "import cop(", 1))
+    with pytest.raises(ChipDirError) as e:
+        MergedEngine(d)
+    assert str(e.value) == (f"{d}: modeling_deltachip.py is not the file the merge wrote (its "
+                            f"sha256 differs): merge it again")
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"dtype": "fp64"}, "deltachip.json: dtype \"fp64\"; expected one of bf16, fp32: merge it "
+                        "again"),
+    ({"dtype": 5}, "deltachip.json: dtype 5; expected one of bf16, fp32: merge it again"),
+])
+def test_a_manifest_with_a_bad_dtype(merged, tmp_path, changes, said):
+    d = _copy(merged("tied", "counter"), tmp_path / "m")
+    _set(**changes)(d / "deltachip.json")
+    with pytest.raises(ChipDirError) as e:
+        read_manifest(d, "")
+    assert str(e.value) == f"{d}: {said}"
+
+
+def test_chat_on_a_manifest_whose_bridge_is_not_an_object(merged, tmp_path, capfd):
+    from deltachip.cli import main
+    d = _copy(merged("tied", "counter"), tmp_path / "m")
+    _set(bridge="x")(d / "deltachip.json")
+    assert main(["chat", str(d), "--prompt", "x"]) == 2
+    assert capfd.readouterr().err == (f"{d}: this merged model answers no tool calls (it was "
+                                      f"merged without --firmware); merge with `deltachip merge "
+                                      f"BASE_DIR OUT_DIR --firmware calc`\n")
