@@ -287,6 +287,9 @@ def check_weights_file(path: str | Path) -> None:
                 have = set(fh.keys())
         except (SafetensorError, OSError) as e:
             raise ChipDirError(f"{sf}: corrupt or truncated ({e}): {RECOMPILE}") from None
+        except MemoryError:         # safetensors maps the whole file: a grown one may not fit
+            raise ChipDirError(f"{sf}: corrupt or grown (its {sf.stat().st_size:,} bytes "
+                               f"cannot be mapped into memory): {RECOMPILE}") from None
         lost = sorted(want - have)
         if lost:
             raise ChipDirError(f"{sf}: has no tensor {lost[0]} ({INDEX} puts it there): "

@@ -84,6 +84,9 @@ def test_merged_json_files_that_are_not_regular_files(tmp_path):
                                                 "'num_hidden_layers' is 4"),
     ({"attention_bias": "no"}, "transformers refuses this Qwen3.5 config: TypeError: Field "
                                "'attention_bias' expected bool, got str (value: 'no')"),
+    ({"dtype": "int8"}, "field 'dtype' must be one of bfloat16, float16, float32, got \"int8\""),
+    ({"text_config": 5}, "transformers cannot build a model of this Qwen3.5 config: "
+                         "AttributeError: 'int' object has no attribute 'to_dict'"),
 ])
 def test_base_config_fields_of_the_wrong_type(bases, chips, tmp_path, changes, said):
     base = _copy(bases["tied"], tmp_path / "base")
@@ -279,6 +282,10 @@ def test_non_regular_files_are_named_by_what_they_are(bases, chips, tmp_path):
      "not valid JSON: a number of 5,000 digits (at most 4,300)"),
     ("generation_config.json", b"[]", "not a JSON object"),
     ("chat_template.jinja", b"{{ x }}\xff\xfe", "not UTF-8 text (byte 7)"),
+    ("chat_template.jinja", b"{% for m in messages %}{{ m }}",
+     "not a valid Jinja chat template (line 1: Unexpected end of template. Jinja was looking "
+     "for the following tags: 'endfor' or 'else'. The innermost block that needs to be closed "
+     "is 'for'.)"),
 ])
 def test_files_merge_copies_are_checked_as_their_readers_take_them(bases, chips, tmp_path,
                                                                     name, content, said):
@@ -426,3 +433,23 @@ def test_chat_on_a_manifest_whose_bridge_is_not_an_object(merged, tmp_path, capf
     assert capfd.readouterr().err == (f"{d}: this merged model answers no tool calls (it was "
                                       f"merged without --firmware); merge with `deltachip merge "
                                       f"BASE_DIR OUT_DIR --firmware calc`\n")
+
+
+def test_a_grown_chip_shard_under_a_memory_cap(bases, chips, tmp_path):
+    """safetensors maps a whole file to list its tensors: a chip shard grown to 8 GiB (sparse)
+    under a 4 GiB address-space cap was a MemoryError traceback (classes 1 and 4)."""
+    import resource
+    chip = _copy(chips["counter"], tmp_path / "chip")
+    with open(chip / "model.safetensors", "r+b") as f:
+        f.truncate(8 << 30)
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    r = subprocess.run([sys.executable, "-m", "deltachip", "merge", str(bases["tied"]),
+                        str(tmp_path / "out"), "--chip", str(chip)], capture_output=True,
+                       text=True, preexec_fn=cap, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1] == (f"{chip / 'model.safetensors'}: corrupt or grown (its "
+                                         f"8,589,934,592 bytes cannot be mapped into memory): "
+                                         f"recompile it with `deltachip compile`")
