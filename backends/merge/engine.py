@@ -96,12 +96,14 @@ class ChipIds:
     @torch.no_grad()
     def decode_step(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
         """One token per row through the merged model; the argmax ids [B] (chip ids)."""
+        self.check_ids(ids)
         x = torch.tensor(list(ids), dtype=torch.long)[:, None] + self.offset
         return self._chip_ids(self.model(input_ids=x, cache=cache, use_cache=True
                                          ).logits[:, -1])
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
+        self.check_ids(ids)
         if self.byte_cells_inexact() and ids.shape[-1] > 1:
             raise ChipDirError(f"{self.merged}: this chip stores bytes in memory cells, which "
                                "fp32 chunked prefill does not read exactly: decode token by "
@@ -378,10 +380,10 @@ def file_record(root: Path) -> dict[str, dict[str, Any]]:
 
 def check_files(d: Path, manifest: dict[str, Any]) -> None:
     """ChipDirError naming the first file of merged checkpoint ``d`` that is missing, not a
-    regular file, of another size or another digest than the manifest's file record says
-    (before transformers reads any of them: a damaged modeling file, config, tokenizer or
-    shard is named, not met as a traceback). A manifest without a record (an older merge)
-    passes."""
+    regular file, of another size or another digest than the manifest's file record says,
+    or a weight shard whose header breaks safetensors' rules (before transformers reads any
+    of them: a damaged modeling file, config, tokenizer or shard is named, not met as a
+    traceback). A manifest without a record (an older merge) passes."""
     import hashlib
     import stat
     files = manifest.get("files")
@@ -400,6 +402,9 @@ def check_files(d: Path, manifest: dict[str, Any]) -> None:
             raise ChipDirError(f"{d}: {rel} has {st.st_size:,} bytes, the merge wrote "
                                f"{rec.get('bytes') if isinstance(rec, dict) else '?'}: "
                                "merge it again")
+        if rel.endswith(".safetensors"):    # recorded by size only: its header read too
+            from backends.merge.stfile import read_header
+            read_header(p, lambda m: ChipDirError(f"{m}: merge it again"))
         want = rec.get("sha256")
         if want is not None:
             with open(p, "rb") as f:

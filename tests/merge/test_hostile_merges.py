@@ -453,3 +453,22 @@ def test_a_grown_chip_shard_under_a_memory_cap(bases, chips, tmp_path):
     assert r.stderr.splitlines()[-1] == (f"{chip / 'model.safetensors'}: corrupt or grown (its "
                                          f"8,589,934,592 bytes cannot be mapped into memory): "
                                          f"recompile it with `deltachip compile`")
+
+
+def test_a_merged_shard_with_a_damaged_header_is_named(merged, tmp_path, capfd):
+    """Weight shards are recorded by size only; a byte flipped in one's header reached
+    transformers (chat: a traceback). Their headers are read by safetensors' rules first."""
+    from deltachip.cli import main
+    from backends.merge.engine import MergedEngine
+    d = _copy(merged("tied", "counter"), tmp_path / "m")
+    shard = sorted(d.glob("model-*.safetensors"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[9] ^= 0x5A                                 # the header's first key's quote
+    shard.write_bytes(bytes(data))
+    said = (f"{shard}: corrupt (its header is not JSON: Expecting property name enclosed in "
+            f"double quotes: line 1 column 2 (char 1)): merge it again")
+    with pytest.raises(ChipDirError) as e:
+        MergedEngine(d)
+    assert str(e.value) == said
+    assert main(["chat", str(d), "--prompt", "x"]) == 2
+    assert capfd.readouterr().err == said + "\n"
