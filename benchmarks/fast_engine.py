@@ -30,10 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def time_run(argv: list[str]) -> int:
+#: the parts of a ``--time-run-cold`` run quoted: the model's load; all of it
+COLD, ALL = "the fast model (from the checkpoint)", "in all, from the first import"
+
+
+def time_run(argv: list[str], cold: bool = False) -> int:
     """``deltachip ARGV`` in this process (started for it, nothing imported yet) with the
     seconds of each part of a fast run printed to stderr as JSON: imports, the ELF, the
-    core cache's checks, chip.json, the fast model, the kernel, the ROM images, the run."""
+    core cache's checks, chip.json, the fast model, the kernel, the ROM images, the run.
+    ``cold``: the model loaded from the checkpoint (as before the stored form)."""
     import json
     t0, parts = time.perf_counter(), {}
 
@@ -68,14 +73,22 @@ def time_run(argv: list[str]) -> int:
     timed(fe, "make_kernel", "the C kernel")
     timed(fe.FastEngine, "new_cache", "the ROM images into the state")
     timed(ce.FastCore, "run", "the program's run")
+    if cold:
+        init = fe.FastEngine.__init__
+        fe.FastEngine.__init__ = lambda self, *a, **k: init(self, *a, **k, sparse_form=False)
+        timed(fe.fmodel, "load", "the fast model (from the checkpoint)")
     rc = deltachip.cli.main(argv)
-    parts["in all, from the first import"] = time.perf_counter() - t0
+    parts[ALL] = time.perf_counter() - t0
+    with open("/proc/self/status") as f:        # this program's peak, not its parent's
+        hwm = [line.split()[1] for line in f if line.startswith("VmHWM:")]
     print(json.dumps(parts), file=sys.stderr)
+    print(json.dumps({"peak RSS MiB": int(hwm[0]) / 1024 if hwm else float("nan")}),
+          file=sys.stderr)
     return rc
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--time-run"]:
-    sys.exit(time_run(sys.argv[2:]))
+if __name__ == "__main__" and sys.argv[1:2] in (["--time-run"], ["--time-run-cold"]):
+    sys.exit(time_run(sys.argv[2:], cold=sys.argv[1] == "--time-run-cold"))
 
 import torch  # noqa: E402
 
@@ -126,18 +139,21 @@ def hf_rate(path, image, n: int) -> float:
 
 def _wall(cmd: list[str], want: bytes = b"") -> tuple[float, float, str]:
     """Wall seconds and CPU seconds (user + system) of ``cmd`` in a new process, which must
-    print ``want``; its stderr."""
-    import resource
-
-    def cpu() -> float:
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return r.ru_utime + r.ru_stime
-    t0, c0 = time.perf_counter(), cpu()
-    got = subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
-    wall, used = time.perf_counter() - t0, cpu() - c0
-    if got.stdout != want:
-        raise SystemExit(f"{' '.join(cmd)} printed {got.stdout!r}, not {want!r}")
-    return wall, used, got.stderr.decode()
+    print ``want`` and exit 0; its stderr."""
+    import tempfile
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        got, said = out.read(), err.read().decode()
+    if proc.returncode != 0 or got != want:
+        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}, printed {got!r} (not "
+                         f"{want!r}); stderr: {said}")
+    return wall, ru.ru_utime + ru.ru_stime, said
 
 
 def second_run(product: Path, target: str, repeats: int) -> None:
@@ -147,19 +163,27 @@ def second_run(product: Path, target: str, repeats: int) -> None:
     import json
     py, want = [sys.executable], Machine.from_elf(product).run(10**6).output
     argv = ["run", str(product.resolve()), "--engine", "fast", "--target", target]
-    runs, bare, parts = [], [], []
+    def timed_run(flag: str) -> tuple[dict[str, float], float]:
+        lines = _wall(py + [__file__, flag] + argv, want)[2].strip().splitlines()
+        return json.loads(lines[-2]), json.loads(lines[-1])["peak RSS MiB"]
+    runs, bare, parts, rss = [], [], [], []
     for _ in range(repeats):
         runs.append(_wall(py + ["-m", "deltachip"] + argv, want)[:2])
         bare.append(_wall(py + ["-c", "import numpy"])[0])
-        err = _wall(py + [__file__, "--time-run"] + argv, want)[2]
-        parts.append(json.loads(err.strip().splitlines()[-1]))
-    run, used = (statistics.median(r[i] for r in runs) for i in (0, 1))
+        got, peak = timed_run("--time-run")
+        parts.append(got)
+        rss.append(peak)
+    run, used = (statistics.median(r[i] for r in runs) for i in range(2))
+    cold, crss = timed_run("--time-run-cold")
     print(f"second `deltachip run product.elf --engine fast --target {target}` (a new process, "
-          f"median of {repeats}): {run:.2f} s wall, {used:.2f} s CPU (user + system); a "
-          f"process that imports numpy alone {statistics.median(bare):.2f} s wall; in the "
-          "run (medians):")
+          f"median of {repeats}): {run:.2f} s wall, {used:.2f} s CPU (user + system), peak RSS "
+          f"{statistics.median(rss):,.0f} MiB; the same run with the model from the checkpoint "
+          f"(once): {cold[ALL]:.2f} s from the first import, the model {cold[COLD]:.2f} s, "
+          f"peak RSS {crss:,.0f} MiB; a process that imports numpy alone "
+          f"{statistics.median(bare):.2f} s wall; the parts of the run (medians):")
     for k in parts[0]:
         print(f"  {statistics.median(p[k] for p in parts):7.3f} s  {k}")
+
 
 
 def load_figures(path: Path, image, target: str, threads: int, repeats: int, out: Path):
