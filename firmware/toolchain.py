@@ -169,7 +169,7 @@ def picolibc_dir() -> Path:
 def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "auto",
           runtime: bool = True, defines: list[str] = (), include_dirs: list[Path] = (),
           cflags: list[str] = (), libc: str = "auto", stack_size: int | None = None,
-          warnings=None) -> Path:
+          warnings=None, libs: list[Path] = ()) -> Path:
     """Compile and link ``sources`` (C ``.c`` and assembly ``.S``/``.s``) into an ELF.
 
     Takes the source paths, the output ELF path, an optimisation flag (one of
@@ -180,7 +180,8 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
     the project's), ``libc`` (``"picolibc"``: the C SDK, crt0 + ``firmware/sdk/sdk_runtime.c``
     + picolibc's libc.a and libm.a, built into the cache on first use; ``"none"``: the small
     runtime; ``"auto"``: picolibc when a source includes a C library header, see
-    :func:`uses_libc`), ``stack_size`` (bytes; default the linker script's 8 KiB) and
+    :func:`uses_libc`), ``libs`` (static archives linked after the sources, before the C
+    library: MicroPython's core), ``stack_size`` (bytes; default the linker script's 8 KiB) and
     ``warnings`` (called with the compiler's warnings when a build succeeds with some;
     default: printed to stderr). Returns ``output`` (the written ELF). Raises
     :class:`ToolchainError` on bad arguments, a missing compiler, or a compiler failure (the
@@ -212,7 +213,7 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
                                  "at least 1024")
     extra += list(cflags)
     sdk = runtime and (libc == "picolibc" or (libc == "auto" and uses_libc(sources, user_dirs)))
-    libs: list[Path] = []
+    libs = [Path(lib) for lib in libs]
     if sdk:
         if chosen != "zig":
             raise ToolchainError("error: the C SDK (picolibc) is built with zig: use "
@@ -220,7 +221,7 @@ def build(sources: list[Path], output: Path, opt: str = "-O2", compiler: str = "
         lib = picolibc_dir()
         user_dirs.append(lib / "include")
         extra.insert(0, "-DDELTACHIP_SDK=1")
-        libs = [lib / "lib" / "libc.a", lib / "lib" / "libm.a"]
+        libs += [lib / "lib" / "libc.a", lib / "lib" / "libm.a"]
     runtime_sources = [*SDK_RUNTIME_SOURCES] if sdk else [*RUNTIME_SOURCES]
     all_sources = (runtime_sources if runtime else []) + sources
     include_dirs = [RUNTIME_DIR, *user_dirs, *dict.fromkeys(s.resolve().parent for s in sources)]

@@ -16,6 +16,7 @@ from pathlib import Path
 EPILOG = """examples:
   deltachip firmware build firmware/programs/hello.c -o hello.elf
   deltachip firmware build calc -o calc.elf            # a shipped program by name
+  deltachip firmware build micropython -o mp.elf       # MicroPython (built once, cached)
   deltachip firmware build main.c util.c start.S -o prog.elf -Os --compiler gcc
   deltachip firmware build bench.c -o bench.elf -DITERATIONS=10 -I include -O3
   deltachip firmware build app.c -o app.elf --stack-size 16384 --cflag=-Wextra
@@ -87,13 +88,34 @@ def _resolve_sources(names: list[str]) -> list[Path]:
     return sources
 
 
+#: shipped programs built by their own build script, not from sources: name -> its module
+BUILT_PROGRAMS = {"micropython": "firmware.micropython.build"}
+
+
 def build_command(args: argparse.Namespace) -> int:
     from firmware import toolchain
+    if len(args.sources) == 1 and args.sources[0] in BUILT_PROGRAMS \
+            and not Path(args.sources[0]).exists():
+        return _build_program(args)
     sources = _resolve_sources(args.sources)
     out = toolchain.build(sources, args.output, opt=f"-O{args.opt}", compiler=args.compiler,
                           defines=args.defines, include_dirs=args.include_dirs,
                           cflags=args.cflags, libc=args.libc,
                           stack_size=args.stack_size)
+    print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+    return 0
+
+
+def _build_program(args: argparse.Namespace) -> int:
+    """A program with a build script of its own (MicroPython): its flags are fixed."""
+    import importlib
+    from common.errors import UserError
+    name = args.sources[0]
+    if (args.opt != "2" or args.defines or args.include_dirs or args.cflags
+            or args.libc != "auto" or args.stack_size is not None or args.compiler == "gcc"):
+        raise UserError(f"error: {name} is built with fixed flags (docs/firmware.md): "
+                        "-O, -D, -I, --cflag, --libc, --stack-size and --compiler do not apply")
+    out = importlib.import_module(BUILT_PROGRAMS[name]).build(args.output)
     print(f"wrote {out} ({out.stat().st_size:,} bytes)")
     return 0
 
@@ -106,4 +128,6 @@ def list_command(args: argparse.Namespace) -> int:
                          for s in sources)
         main = next((s for s in sources if s.stem == name), sources[0])
         print(f"{name:<10} {toolchain.describe(main)}\n{'':<10} {shown}")
+    print(f"{'micropython':<10} MicroPython 1.28.0: runs the Python program in the input "
+          f"buffer.\n{'':<10} firmware/micropython/ (built by firmware/micropython/build.py)")
     return 0

@@ -37,6 +37,7 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 VERSION = "1.8.12"
@@ -95,10 +96,6 @@ CFLAGS = ["-O2", "-g0", "-ffreestanding", "-fno-builtin", "-fno-stack-protector"
           "-std=gnu18", "-D_LIBC", "-U_FORTIFY_SOURCE", "-w"]
 
 
-class PicolibcError(Exception):
-    """picolibc could not be found, fetched or built."""
-
-
 def _log(msg: str) -> None:
     print(f"picolibc: {msg}", file=sys.stderr, flush=True)
 
@@ -117,59 +114,176 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _tree_digest(folder: Path) -> str:
-    """A digest of an unpacked source folder (its C, assembly, header and build files)."""
+#: the files of an unpacked source folder that its digest covers
+TREE_SUFFIXES = (".c", ".h", ".S", ".s", ".in", ".txt", ".build")
+
+
+def _tree_digest(folder: Path, suffixes: tuple[str, ...] = TREE_SUFFIXES) -> str:
+    """A digest of an unpacked source folder (the files with one of ``suffixes``)."""
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.suffix in (".c", ".h", ".S", ".s", ".in", ".txt", ".build"):
+        if p.is_file() and p.suffix in suffixes:
             h.update(str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class VendorSource:
+    """A third-party release the project builds from source (picolibc here, MicroPython in
+    ``firmware/micropython``), found as the module's docstring says: the folder or tarball in
+    the environment variable ``env``, else ``../shared/vendor/<tarball>`` beside the checkout,
+    else the upstream archive of ``tag`` downloaded once into ``$DELTACHIP_CACHE/downloads/``
+    and checked (``upstream_sha256`` when set, else the commit id git-archive writes)."""
+    name: str                       # "picolibc"
+    env: str                        # "DELTACHIP_PICOLIBC"
+    tarball: str                    # the vendor copy's file name
+    url: str                        # the upstream archive of the tag
+    tag: str
+    commit: str
+    markers: tuple[str, ...]        # folders that mark the unpacked source's root
+    error: type = Exception         # raised when the source cannot be found or fetched
+    upstream_sha256: str | None = None
+    suffixes: tuple[str, ...] = TREE_SUFFIXES   # what a source folder's digest covers
+
+    def find(self) -> tuple[Path, str]:
+        """(the source: a tarball or folder, its digest)."""
+        env = os.environ.get(self.env)
+        if env:
+            path = Path(env).expanduser()
+            if path.is_dir():
+                return path, _tree_digest(path, self.suffixes)
+            if path.is_file():
+                return path, sha256_of(path)
+            raise self.error(f"{self.env}={env}: no such file or folder")
+        vendor = REPO_ROOT.parent / "shared" / "vendor" / self.tarball
+        if vendor.is_file():
+            return vendor, sha256_of(vendor)
+        return self.download(), self.commit
+
+    def download(self) -> Path:
+        """The upstream release tarball, fetched once into the cache and checked."""
+        dest = cache_root() / "downloads" / f"{self.name}-{self.tag}-{self.commit[:12]}.tar.gz"
+        if dest.is_file():
+            return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        print(f"{self.name}: downloading {self.url} (set {self.env}=PATH to use a local copy)",
+              file=sys.stderr, flush=True)
+        tmp = dest.with_suffix(".part")
+        try:
+            with urllib.request.urlopen(self.url, timeout=60) as r, open(tmp, "wb") as f:
+                shutil.copyfileobj(r, f)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise self.error(f"cannot download {self.name} {self.tag} from {self.url}: {e}; "
+                             f"set {self.env} to a local tarball or folder") from None
+        if self.upstream_sha256 is not None:
+            got = sha256_of(tmp)
+            if got != self.upstream_sha256:
+                tmp.unlink(missing_ok=True)
+                raise self.error(f"{self.url}: sha256 {got}, expected {self.upstream_sha256}")
+        else:
+            commit = archive_commit(tmp)
+            if commit != self.commit:
+                tmp.unlink(missing_ok=True)
+                raise self.error(f"{self.url}: archive of commit {commit}, expected tag "
+                                 f"{self.tag} = {self.commit}")
+        os.replace(tmp, dest)
+        return dest
+
+    def unpack(self, src: Path, into: Path) -> Path:
+        """The unpacked source root (the folder holding every one of ``markers``)."""
+        if src.is_dir():
+            if all((src / m).is_dir() for m in self.markers):
+                return src
+            raise self.error(f"{src}: not {self.name}'s source (no "
+                             f"{', '.join(m + '/' for m in self.markers)} inside)")
+        try:
+            with tarfile.open(src, "r:gz") as tf:
+                try:
+                    tf.extractall(into, filter="data")
+                except TypeError:  # Python without extraction filters
+                    tf.extractall(into)
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise self.error(f"{src}: cannot unpack it as a .tar.gz: {e}") from None
+        for cand in [into, *sorted(into.iterdir())]:
+            if all((cand / m).is_dir() for m in self.markers):
+                return cand
+        raise self.error(f"{src}: no {', '.join(m + '/' for m in self.markers)} folders inside")
+
+
+def cached_build(dest: Path, ready: str, build) -> Path:
+    """``dest``, built by ``build(work)`` (which fills ``work / "out"``) unless the file
+    ``dest / ready`` exists: built in a temporary folder beside it and renamed into place
+    under a lock, so concurrent first builds wait for one another and an interrupted one
+    leaves nothing."""
+    if (dest / ready).is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    lock = dest.with_name(dest.name + ".lock")
+    import fcntl
+    with open(lock, "w") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        if (dest / ready).is_file():
+            return dest
+        work = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+        try:
+            build(work)
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(work / "out", dest)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return dest
+
+
+def compile_archive(commands: list[tuple[str, list[str], Path]], archive: Path, log, error,
+                    start: float, every: int = 50) -> None:
+    """Run the compiler ``commands`` (``(name, argv, object file)``), ``DELTACHIP_JOBS`` at
+    a time (default 1), saying ``N/M compiled (S s)`` through ``log`` every ``every`` files,
+    then archive the objects into ``archive`` with zig's ar; ``error`` (an exception class)
+    with the compiler's messages when some fail."""
+    def compile_one(cmd: tuple[str, list[str], Path]) -> Path | str:
+        name, argv, obj = cmd
+        p = subprocess.run(argv, capture_output=True, text=True)
+        if p.returncode != 0:
+            return f"{name}:\n{(p.stderr + p.stdout).strip()}"
+        return obj
+
+    jobs = max(1, int(os.environ.get("DELTACHIP_JOBS", "1")))
+    objs, failed = [], []
+    with ThreadPoolExecutor(jobs) as ex:
+        for n, obj in enumerate(ex.map(compile_one, commands), 1):
+            (objs if isinstance(obj, Path) else failed).append(obj)
+            if n % every == 0 or n == len(commands):
+                log(f"{n}/{len(commands)} compiled ({time.monotonic() - start:.0f} s)")
+    if failed:
+        raise error(f"{len(failed)} sources of {archive.name} failed to compile:\n"
+                    + "\n".join(failed))
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([sys.executable, "-m", "ziglang", "ar", "rcs", str(archive),
+                        *map(str, objs)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise error(f"ar failed for {archive.name}: {p.stderr.strip()}")
+
+
+class PicolibcError(Exception):
+    """picolibc could not be found, fetched or built."""
+
+
+SOURCE = VendorSource(name="picolibc", env="DELTACHIP_PICOLIBC", tarball=TARBALL_NAME,
+                      url=UPSTREAM_URL, tag=UPSTREAM_TAG, commit=UPSTREAM_COMMIT,
+                      markers=("libc", "libm"), error=PicolibcError,
+                      upstream_sha256=UPSTREAM_SHA256)
+
+
 def source_tarball() -> tuple[Path, str]:
     """(the source: a tarball or folder, its digest); see the module's docstring."""
-    env = os.environ.get("DELTACHIP_PICOLIBC")
-    if env:
-        path = Path(env).expanduser()
-        if path.is_dir():
-            return path, _tree_digest(path)
-        if path.is_file():
-            return path, sha256_of(path)
-        raise PicolibcError(f"DELTACHIP_PICOLIBC={env}: no such file or folder")
-    vendor = REPO_ROOT.parent / "shared" / "vendor" / TARBALL_NAME
-    if vendor.is_file():
-        return vendor, sha256_of(vendor)
-    return download(), UPSTREAM_COMMIT
+    return SOURCE.find()
 
 
 def download() -> Path:
     """The upstream release tarball, fetched once into the cache and checked."""
-    dest = cache_root() / "downloads" / f"picolibc-{UPSTREAM_TAG}-{UPSTREAM_COMMIT[:12]}.tar.gz"
-    if dest.is_file():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _log(f"downloading {UPSTREAM_URL} (set DELTACHIP_PICOLIBC=PATH to use a local copy)")
-    tmp = dest.with_suffix(".part")
-    try:
-        with urllib.request.urlopen(UPSTREAM_URL, timeout=60) as r, open(tmp, "wb") as f:
-            shutil.copyfileobj(r, f)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PicolibcError(f"cannot download picolibc {UPSTREAM_TAG} from {UPSTREAM_URL}: {e}; "
-                            "set DELTACHIP_PICOLIBC to a local tarball or folder") from None
-    if UPSTREAM_SHA256 is not None:
-        got = sha256_of(tmp)
-        if got != UPSTREAM_SHA256:
-            tmp.unlink(missing_ok=True)
-            raise PicolibcError(f"{UPSTREAM_URL}: sha256 {got}, expected {UPSTREAM_SHA256}")
-    else:
-        commit = archive_commit(tmp)
-        if commit != UPSTREAM_COMMIT:
-            tmp.unlink(missing_ok=True)
-            raise PicolibcError(f"{UPSTREAM_URL}: archive of commit {commit}, expected tag "
-                                f"{UPSTREAM_TAG} = {UPSTREAM_COMMIT}")
-    os.replace(tmp, dest)
-    return dest
+    return SOURCE.download()
 
 
 def archive_commit(path: Path) -> str | None:
@@ -187,17 +301,7 @@ def archive_commit(path: Path) -> str | None:
 
 def _unpack(src: Path, into: Path) -> Path:
     """The unpacked source root (the folder holding ``libc/``)."""
-    if src.is_dir():
-        return src
-    with tarfile.open(src, "r:gz") as tf:
-        try:
-            tf.extractall(into, filter="data")
-        except TypeError:  # Python without extraction filters
-            tf.extractall(into)
-    for cand in [into, *sorted(into.iterdir())]:
-        if (cand / "libc").is_dir() and (cand / "libm").is_dir():
-            return cand
-    raise PicolibcError(f"{src}: no libc/ and libm/ folders inside")
+    return SOURCE.unpack(src, into)
 
 
 _CALL = re.compile(r"(\w+)\s*\(([^()]*)\)", re.S)
@@ -258,24 +362,7 @@ def library_dir() -> Path:
     """The cached build (``include/``, ``lib/libc.a``, ``lib/libm.a``), built on first use."""
     src, digest = source_tarball()
     dest = cache_root() / f"picolibc-{build_key(digest)}"
-    if (dest / "lib" / "libm.a").is_file():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    lock = dest.with_name(dest.name + ".lock")
-    import fcntl
-    with open(lock, "w") as lf:
-        fcntl.flock(lf, fcntl.LOCK_EX)
-        if (dest / "lib" / "libm.a").is_file():
-            return dest
-        work = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
-        try:
-            _build(src, work)
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.replace(work / "out", dest)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return dest
+    return cached_build(dest, "lib/libm.a", lambda work: _build(src, work))
 
 
 def _build(src: Path, work: Path) -> None:
@@ -294,7 +381,6 @@ def _build(src: Path, work: Path) -> None:
         if (root / lic).is_file():
             shutil.copy2(root / lic, out / lic)
     (out / "lib").mkdir()
-    jobs = max(1, int(os.environ.get("DELTACHIP_JOBS", "1")))
     for lib, top, dirs, extra_inc in (
             ("libc", root / "libc", LIBC_DIRS, []),
             ("libm", root / "libm", LIBM_DIRS, [root / "libm" / "common"])):
@@ -309,30 +395,15 @@ def _build(src: Path, work: Path) -> None:
                                    root / "libc" / "locale", root / "libc" / "stdio",
                                    root / "libc" / "stdlib")]
 
-        def compile_one(i_pair):
-            i, (s, flags) = i_pair
+        commands = []
+        for i, (s, flags) in enumerate(pairs):
             obj = objdir / f"{i:04d}_{s.stem}.o"
-            cmd = [*zig_cc(), *TARGET, *CFLAGS, *flags, f"-I{s.parent}", *incs, f"-I{inc}", "-c", str(s), "-o", str(obj)]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                return f"{s.relative_to(root)}:\n{(p.stderr + p.stdout).strip()}"
-            return obj
-
+            commands.append((str(s.relative_to(root)), [
+                *zig_cc(), *TARGET, *CFLAGS, *flags, f"-I{s.parent}", *incs, f"-I{inc}",
+                "-c", str(s), "-o", str(obj)], obj))
         _log(f"{lib}: {len(pairs)} sources")
-        objs, failed = [], []
-        with ThreadPoolExecutor(jobs) as ex:
-            for n, obj in enumerate(ex.map(compile_one, enumerate(pairs)), 1):
-                (objs if isinstance(obj, Path) else failed).append(obj)
-                if n % 50 == 0 or n == len(pairs):
-                    _log(f"{lib}: {n}/{len(pairs)} compiled ({time.monotonic() - start:.0f} s)")
-        if failed:
-            raise PicolibcError(f"{len(failed)} {lib} sources failed to compile:\n"
-                                + "\n".join(failed))
-        archive = out / "lib" / f"{lib}.a"
-        p = subprocess.run([sys.executable, "-m", "ziglang", "ar", "rcs", str(archive),
-                            *map(str, objs)], capture_output=True, text=True)
-        if p.returncode != 0:
-            raise PicolibcError(f"ar failed for {lib}.a: {p.stderr.strip()}")
+        compile_archive(commands, out / "lib" / f"{lib}.a", lambda m: _log(f"{lib}: {m}"),
+                        PicolibcError, start, every=50)
     (out / "BUILD.json").write_text(json.dumps(
         {"version": VERSION, "source": str(src), "target": TARGET, "cflags": CFLAGS,
          "config": CONFIG, "seconds": round(time.monotonic() - start, 1)}, indent=1) + "\n")

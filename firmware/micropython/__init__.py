@@ -1,0 +1,1 @@
+"""MicroPython for the deltachip core: the port (this folder) and its build (build.py)."""

@@ -1,0 +1,1 @@
+// qstrs specific to the deltachip port (none beyond those found in the sources)
