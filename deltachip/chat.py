@@ -35,6 +35,26 @@ CALC_TOOL = {"type": "function", "function": {
         "required": ["expression"]}}}
 
 
+def _check_generation_config(d: Path, model: Any, budget: bool) -> None:
+    """ChipDirError naming ``d``/generation_config.json when a field generate() or the
+    bridge reads is of the wrong kind (transformers takes it as it is and fails inside
+    generation): the token ids, and (``budget``: no --call-budget given) chip_call_budget."""
+    import json
+    gc, vocab = model.generation_config, int(model.config.vocab_size)
+    f = d / "generation_config.json"
+    for key in ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id"):
+        v = getattr(gc, key, None)
+        ids = v if isinstance(v, list) else [v]
+        if v is not None and not (ids and all(type(i) is int and 0 <= i < vocab for i in ids)):
+            raise ChipDirError(f"{f}: {key} must be a token id (an integer below {vocab:,}) or "
+                               f"a list of them, got {json.dumps(v)[:40]}: merge it again")
+    n = getattr(gc, "chip_call_budget", None)
+    if budget and n is not None and not (type(n) is int and n > 0):
+        raise ChipDirError(f"{f}: chip_call_budget must be a positive integer (the most chip "
+                           f"tokens a tool call runs), got {json.dumps(n)[:40]}: fix it, or "
+                           f"give --call-budget N")
+
+
 class Chat:
     """A merged checkpoint loaded for chatting (see the module docstring)."""
 
@@ -64,13 +84,7 @@ class Chat:
         except Exception as e:      # the model's own code, run from its folder: any error
             from backends.merge.engine import load_error
             raise load_error(d, e) from None
-        budget = getattr(self.model.generation_config, "chip_call_budget", None)
-        if call_budget is None and budget is not None and not (type(budget) is int
-                                                               and budget > 0):
-            import json
-            raise ChipDirError(f"{d / 'generation_config.json'}: chip_call_budget must be a "
-                               f"positive integer (the most chip tokens a tool call runs), got "
-                               f"{json.dumps(budget)[:40]}: fix it, or give --call-budget N")
+        _check_generation_config(d, self.model, call_budget is None)
         if call_budget is not None:         # the most chip tokens a call runs
             self.model.generation_config.chip_call_budget = call_budget
             if self.driver is not None:

@@ -472,3 +472,32 @@ def test_a_merged_shard_with_a_damaged_header_is_named(merged, tmp_path, capfd):
     assert str(e.value) == said
     assert main(["chat", str(d), "--prompt", "x"]) == 2
     assert capfd.readouterr().err == said + "\n"
+
+
+@pytest.mark.parametrize("fields, budget, said", [
+    ({"eos_token_id": "x"}, True, "eos_token_id must be a token id (an integer below 10) or a "
+                                  "list of them, got \"x\": merge it again"),
+    ({"pad_token_id": [3, 99]}, True, "pad_token_id must be a token id (an integer below 10) "
+                                      "or a list of them, got [3, 99]: merge it again"),
+    ({"chip_call_budget": "x"}, True, "chip_call_budget must be a positive integer (the most "
+                                      "chip tokens a tool call runs), got \"x\": fix it, or "
+                                      "give --call-budget N"),
+    ({"chip_call_budget": -1}, True, "chip_call_budget must be a positive integer (the most "
+                                     "chip tokens a tool call runs), got -1: fix it, or give "
+                                     "--call-budget N"),
+    ({"chip_call_budget": -1}, False, None),        # --call-budget given: it is not read
+    ({"eos_token_id": [2, 3], "chip_call_budget": 5}, True, None),
+])
+def test_chat_checks_the_generation_config(tmp_path, fields, budget, said):
+    """A generation_config.json field of the wrong kind ran silently with the default budget
+    (class 3) or failed inside generate() (a traceback, class 4)."""
+    from types import SimpleNamespace
+    from deltachip.chat import _check_generation_config
+    model = SimpleNamespace(generation_config=SimpleNamespace(**fields),
+                            config=SimpleNamespace(vocab_size=10))
+    if said is None:
+        _check_generation_config(tmp_path, model, budget)
+        return
+    with pytest.raises(ChipDirError) as e:
+        _check_generation_config(tmp_path, model, budget)
+    assert str(e.value) == f"{tmp_path / 'generation_config.json'}: {said}"
