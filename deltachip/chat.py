@@ -81,7 +81,8 @@ class Chat:
             self._load(d, manifest, dtype)
         except ChipDirError:
             raise
-        except Exception as e:      # the model's own code, run from its folder: any error
+        except (Exception, SystemExit) as e:    # the model's own code, run from its folder:
+            #                                     any error, even an exit
             from backends.merge.engine import load_error
             raise load_error(d, e) from None
         _check_generation_config(d, self.model, call_budget is None)

@@ -138,8 +138,8 @@ class MergedEngine(ChipIds, ChipEngine):
                 warnings.simplefilter("ignore")
                 model = AutoModelForCausalLM.from_pretrained(str(self.merged), dtype=self.dtype,
                                                              trust_remote_code=True)
-        except Exception as e:      # the model's own code, run from its folder: any error
-            raise load_error(self.merged, e) from None
+        except (Exception, SystemExit) as e:    # the model's own code, run from its
+            raise load_error(self.merged, e) from None  # folder: any error, even an exit
         return model.eval()
 
     def new_cache(self, batch: int = 1,
@@ -350,6 +350,12 @@ def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
                            f"readable {MANIFEST})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise ChipDirError(f"{where}: {MANIFEST} is not a deltachip merge manifest")
+    from backends.merge.routed import FORMAT_VERSION
+    version = m.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION or type(version) is not int:
+        raise ChipDirError(f"{where}: {MANIFEST}: format version {json.dumps(version)[:40]}; "
+                           f"this deltachip reads version {FORMAT_VERSION} (merge it again with "
+                           f"this deltachip)")
     if m.get("layout") not in LAYOUTS:
         raise ChipDirError(f"{where}: layout {m.get('layout')!r}; expected one of "
                            f"{', '.join(LAYOUTS)}: merge it again")

@@ -385,18 +385,22 @@ def test_a_merged_config_edited_past_its_digest_is_named(merged, tmp_path, capfd
     assert str(e.value) == f"{d / 'config.json'}: {said}: merge it again"
 
 
-def test_a_modeling_file_that_fails_to_load_is_named(merged, tmp_path):
+@pytest.mark.parametrize("raised, said", [
+    ("ImportError('no module named cop')", "ImportError: no module named cop"),
+    ("SystemExit(0)", "SystemExit: 0"),             # it used to end chat with exit 0
+])
+def test_a_modeling_file_that_fails_to_load_is_named(merged, tmp_path, raised, said):
     """Any error raised while transformers loads the model (its own code, run from the
     model's folder) is named with the folder, not a traceback (class 4)."""
     from backends.merge.engine import MergedEngine
 
     def broken(p: Path):
-        p.write_text(p.read_text() + "\nraise ImportError('no module named cop')\n")
+        p.write_text(p.read_text() + f"\nraise {raised}\n")
     d = _rerecorded(merged("tied", "counter"), tmp_path / "m", "modeling_deltachip.py", broken)
     with pytest.raises(ChipDirError) as e:
         MergedEngine(d)
-    assert str(e.value) == (f"{d}: transformers cannot load the merged checkpoint (ImportError: "
-                            f"no module named cop): merge it again")
+    assert str(e.value) == (f"{d}: transformers cannot load the merged checkpoint ({said}): "
+                            f"merge it again")
 
 
 def test_a_merged_model_s_files_are_checked_before_run_model(merged, tmp_path):
@@ -416,6 +420,10 @@ def test_a_merged_model_s_files_are_checked_before_run_model(merged, tmp_path):
     ({"dtype": "fp64"}, "deltachip.json: dtype \"fp64\"; expected one of bf16, fp32: merge it "
                         "again"),
     ({"dtype": 5}, "deltachip.json: dtype 5; expected one of bf16, fp32: merge it again"),
+    ({"format_version": 99}, "deltachip.json: format version 99; this deltachip reads version "
+                             "1 (merge it again with this deltachip)"),
+    ({"format_version": "1"}, "deltachip.json: format version \"1\"; this deltachip reads "
+                              "version 1 (merge it again with this deltachip)"),
 ])
 def test_a_manifest_with_a_bad_dtype(merged, tmp_path, changes, said):
     d = _copy(merged("tied", "counter"), tmp_path / "m")
