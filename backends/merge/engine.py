@@ -393,9 +393,15 @@ def check_files(d: Path, manifest: dict[str, Any]) -> None:
     import hashlib
     import stat
     files = manifest.get("files")
-    if not isinstance(files, dict):
+    if files is None:
         return
+    if not isinstance(files, dict):
+        raise ChipDirError(f"{d}: {MANIFEST}: its file record (files) is not an object of "
+                           f"file names: merge it again")
     for rel, rec in files.items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ChipDirError(f"{d}: {MANIFEST}: its file record names {rel!r}, outside the "
+                               f"model's folder: merge it again")
         p = d / rel
         try:
             st = p.stat()

@@ -509,3 +509,21 @@ def test_chat_checks_the_generation_config(tmp_path, fields, budget, said):
     with pytest.raises(ChipDirError) as e:
         _check_generation_config(tmp_path, model, budget)
     assert str(e.value) == f"{tmp_path / 'generation_config.json'}: {said}"
+
+
+@pytest.mark.parametrize("files, said", [
+    ([], "deltachip.json: its file record (files) is not an object of file names: merge it "
+         "again"),
+    ({"../../etc/passwd": {"bytes": 1}}, "deltachip.json: its file record names "
+                                         "'../../etc/passwd', outside the model's folder: merge "
+                                         "it again"),
+])
+def test_a_manifest_whose_file_record_is_damaged(merged, tmp_path, files, said):
+    """A record that is not an object was taken as no record (an older merge): nothing was
+    checked and chat went on (class 3)."""
+    from backends.merge.engine import check_files
+    d = _copy(merged("tied", "counter"), tmp_path / "m")
+    _set(files=files)(d / "deltachip.json")
+    with pytest.raises(ChipDirError) as e:
+        check_files(d, read_manifest(d, ""))
+    assert str(e.value) == f"{d}: {said}"
