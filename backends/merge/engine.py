@@ -161,6 +161,11 @@ class MergedEngine(ChipIds, ChipEngine):
     def recurrent_state(self, cache: Any, layer: int, row: int) -> torch.Tensor:
         return cache.chip.layers[layer].recurrent_states[0][row]
 
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]):
+        """As the hf engine's, on the routed model's chip layers."""
+        from backends.hf_engine import sublayer_taps
+        return sublayer_taps(self.model.chip.model.layers, dims)
+
 
 class StockEngine(ChipIds, HFEngine):
     """A stock merged checkpoint's chip in plain transformers (see the module docstring)."""
@@ -359,6 +364,12 @@ def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
     if m.get("layout") not in LAYOUTS:
         raise ChipDirError(f"{where}: layout {m.get('layout')!r}; expected one of "
                            f"{', '.join(LAYOUTS)}: merge it again")
+    for key in ("chip", "tokens", "base", "firmware", "bridge"):
+        if not isinstance(m.get(key), dict) and (key in ("chip", "tokens", "base")
+                                                 or m.get(key) is not None):
+            raise ChipDirError(f"{where}: {MANIFEST}: its {key} section is "
+                               f"{'missing' if key not in m else 'not an object'}: merge it "
+                               f"again")
     if m.get("dtype") not in DTYPES:
         raise ChipDirError(f"{where}: {MANIFEST}: dtype {json.dumps(m.get('dtype'))[:40]}; "
                            f"expected one of {', '.join(DTYPES)}: merge it again")

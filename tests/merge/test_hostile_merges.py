@@ -424,6 +424,8 @@ def test_a_merged_model_s_files_are_checked_before_run_model(merged, tmp_path):
                              "1 (merge it again with this deltachip)"),
     ({"format_version": "1"}, "deltachip.json: format version \"1\"; this deltachip reads "
                               "version 1 (merge it again with this deltachip)"),
+    ({"chip": None}, "deltachip.json: its chip section is not an object: merge it again"),
+    ({"bridge": "x"}, "deltachip.json: its bridge section is not an object: merge it again"),
 ])
 def test_a_manifest_with_a_bad_dtype(merged, tmp_path, changes, said):
     d = _copy(merged("tied", "counter"), tmp_path / "m")
@@ -438,9 +440,8 @@ def test_chat_on_a_manifest_whose_bridge_is_not_an_object(merged, tmp_path, capf
     d = _copy(merged("tied", "counter"), tmp_path / "m")
     _set(bridge="x")(d / "deltachip.json")
     assert main(["chat", str(d), "--prompt", "x"]) == 2
-    assert capfd.readouterr().err == (f"{d}: this merged model answers no tool calls (it was "
-                                      f"merged without --firmware); merge with `deltachip merge "
-                                      f"BASE_DIR OUT_DIR --firmware calc`\n")
+    assert capfd.readouterr().err == (f"{d}: deltachip.json: its bridge section is not an "
+                                      f"object: merge it again\n")
 
 
 def test_a_grown_chip_shard_under_a_memory_cap(bases, chips, tmp_path):
