@@ -321,14 +321,10 @@ def check_dir(path: str | Path, steps: int, dtype: str | None = None, batch: int
 
 def load_engine(name: str, path: str | Path, dtype: str | None = None,
                 roms: dict[str, list[int]] | None = None) -> ChipEngine:
-    """The engine ``name`` (``hf`` or ``fast``) on the checkpoint at ``path``."""
-    if name == "hf":
-        from backends.hf_engine import HFEngine
-        return HFEngine(path, dtype, roms)
-    if name == "fast":
-        from backends.fast.engine import FastEngine
-        return FastEngine(path, dtype, roms)
-    raise CheckError(f"unknown engine '{name}' (engines: fast, hf)")
+    """The engine ``name`` (``hf`` or ``fast``) on the chip directory at ``path`` (compiled
+    or merged, either layout): :func:`backends.registry.open_engine`."""
+    from backends.registry import open_engine
+    return open_engine(name, path, dtype, roms)
 
 
 def compare_engines(eng: ChipEngine, ref: ChipEngine, steps: int, batch: int = 1,

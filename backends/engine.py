@@ -43,6 +43,10 @@ from backends.program import MemPlan, head_cell
 LIMB_BITS = 48
 
 
+class TokenIdError(UserError):
+    """An id fed to an engine that is not one of its chip's tokens."""
+
+
 class ChipEngine:
     """What every engine shares (see the module docstring); subclasses give the state."""
 
@@ -89,6 +93,17 @@ class ChipEngine:
                 raise UserError(f"memory '{name}' is a table rom: its words are rows of the "
                                 f"embedding, fixed when the chip was compiled; compile it "
                                 f"again with --rom {name}=FILE to change them")
+
+    def check_ids(self, ids: Sequence[int] | torch.Tensor) -> None:
+        """:class:`TokenIdError` unless every id in ``ids`` is one of the chip's tokens: what
+        every engine's ``decode_step`` and ``prefill`` check first, so all refuse a bad id
+        alike (transformers would index out of range; a merged model would read a negative
+        chip id as one of the base's text ids)."""
+        flat = ids.flatten().tolist() if isinstance(ids, torch.Tensor) else ids
+        n = self.circuit.vocab_size
+        if flat and (min(flat) < 0 or max(flat) >= n):      # cheap: once a token per stream
+            bad = next(int(i) for i in flat if not 0 <= i < n)
+            raise TokenIdError(f"token id {bad} is outside the chip's vocabulary 0..{n - 1}")
 
     # ---- the interface each engine gives ------------------------------------------------
     def new_cache(self, batch: int = 1,

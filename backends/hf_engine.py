@@ -14,7 +14,7 @@ The model is loaded with ``AutoModelForCausalLM.from_pretrained`` and run unmodi
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -76,6 +76,7 @@ class HFEngine(ChipEngine):
     @torch.no_grad()
     def decode_step(self, ids: Sequence[int], cache: DynamicCache) -> torch.Tensor:
         """Feed one token per batch row; returns the argmax ids [B]."""
+        self.check_ids(ids)
         x = torch.tensor(list(ids), dtype=torch.long)[:, None]
         out = self.model(input_ids=x, cache=cache, use_cache=True)
         return out.logits[:, -1].argmax(-1)
@@ -85,6 +86,7 @@ class HFEngine(ChipEngine):
                 ) -> tuple[torch.Tensor, DynamicCache]:
         """Feed [B, T] ids in one call; returns (argmax ids [B, T], cache). Refused
         (ChipDirError) where it could not be exact: see :meth:`byte_cells_inexact`."""
+        self.check_ids(ids)
         if self.byte_cells_inexact() and ids.shape[-1] > 1:
             raise ChipDirError(f"{self.path}: this chip stores bytes in memory cells, which "
                                f"fp32 chunked prefill does not read exactly at d_k = "
@@ -93,34 +95,41 @@ class HFEngine(ChipEngine):
         out = self.model(input_ids=ids, cache=cache, use_cache=True)
         return out.logits.argmax(-1), cache
 
-    @contextmanager
-    def sublayer_taps(self, dims: Sequence[torch.Tensor]) -> Iterator[dict[int, torch.Tensor]]:
+    def sublayer_taps(self, dims: Sequence[torch.Tensor]
+                      ) -> AbstractContextManager[dict[int, torch.Tensor]]:
         """While active, each model call records the residual stream after every chip
-        sublayer: ``taps[s]`` ([B, T, len(dims[s])] float64) holds dims ``dims[s]`` after
-        slot s (2L: layer L's GDN sublayer and its residual add, 2L+1: its MLP's). Forward
-        hooks only read; the model runs unchanged."""
-        taps: dict[int, torch.Tensor] = {}
-        handles = []
-
-        def keep(s: int):
-            def hook(x: torch.Tensor) -> None:
-                taps[s] = x[..., dims[s]].double()
-            return hook
-        layers = self.model.model.layers
-        for L in range(len(dims) // 2):
-            g, m = keep(2 * L), keep(2 * L + 1)
-            handles.append(layers[L].post_attention_layernorm.register_forward_pre_hook(
-                lambda mod, args, g=g: g(args[0])))
-            handles.append(layers[L].register_forward_hook(
-                lambda mod, args, out, m=m: m(out[0] if isinstance(out, tuple) else out)))
-        try:
-            yield taps
-        finally:
-            for h in handles:
-                h.remove()
+        sublayer (:func:`sublayer_taps`)."""
+        return sublayer_taps(self.model.model.layers, dims)
 
     def recurrent_state(self, cache: DynamicCache, layer: int, row: int) -> torch.Tensor:
         return cache.layers[layer].recurrent_states[0][row]
+
+
+@contextmanager
+def sublayer_taps(layers: Sequence[torch.nn.Module], dims: Sequence[torch.Tensor]
+                  ) -> Iterator[dict[int, torch.Tensor]]:
+    """While active, each call of the decoder ``layers`` records the residual stream after
+    every sublayer: ``taps[s]`` ([B, T, len(dims[s])] float64) holds dims ``dims[s]`` after
+    slot s (2L: layer L's GDN sublayer and its residual add, 2L+1: its MLP's). Forward
+    hooks only read; the model runs unchanged."""
+    taps: dict[int, torch.Tensor] = {}
+    handles = []
+
+    def keep(s: int):
+        def hook(x: torch.Tensor) -> None:
+            taps[s] = x[..., dims[s]].double()
+        return hook
+    for L in range(len(dims) // 2):
+        g, m = keep(2 * L), keep(2 * L + 1)
+        handles.append(layers[L].post_attention_layernorm.register_forward_pre_hook(
+            lambda mod, args, g=g: g(args[0])))
+        handles.append(layers[L].register_forward_hook(
+            lambda mod, args, out, m=m: m(out[0] if isinstance(out, tuple) else out)))
+    try:
+        yield taps
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def load_checked(path: Path, dtype: torch.dtype, remedy: str) -> torch.nn.Module:

@@ -127,12 +127,14 @@ class FastEngine(ChipEngine):
     @torch.no_grad()
     def decode_step(self, ids: Sequence[int], cache: FastCache) -> torch.Tensor:
         """Feed one token per stream; returns the argmax ids [B]."""
+        self.check_ids(ids)
         return torch.from_numpy(self._feed(cache, np.asarray(ids, dtype=np.int64)[:, None])[:, 0])
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, cache: FastCache | None = None
                 ) -> tuple[torch.Tensor, FastCache]:
         """Feed [B, T] ids; returns (argmax ids [B, T], cache)."""
+        self.check_ids(ids)
         cache = cache if cache is not None else self.new_cache(ids.shape[0])
         return torch.from_numpy(self._feed(cache, np.asarray(ids, dtype=np.int64))), cache
 

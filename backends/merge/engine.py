@@ -35,33 +35,10 @@ import torch
 from backends.checkpoint import ChipDirError, load_chip_json
 from backends.engine import ChipEngine
 from backends.hf_engine import HFEngine, load_checked
+from backends.merge.files import (DTYPES, FORMAT, LAYOUTS, MANIFEST, MERGED_JSON_LIMITS,  # noqa: F401
+                                   MODELING, DIGEST_LIMIT, FORMAT_VERSION, NotRegular,
+                                   file_record, read_merged_json)
 from backends.merge.stock_chip import REMERGE, stock_dims
-
-MANIFEST = "deltachip.json"
-MODELING = "modeling_deltachip.py"
-FORMAT = "deltachip-merge"
-LAYOUTS = ("routed", "stock")
-#: the dtypes a merged checkpoint is written in (its manifest's ``dtype``)
-DTYPES = ("bf16", "fp32")
-#: the most bytes read of each JSON file of a merged checkpoint, and why
-MERGED_JSON_LIMITS = {
-    MANIFEST: (1 << 20, "a merge manifest (one is a few KB)"),
-    "config.json": (4 << 20, "a merged config.json (the base's config, itself at most 1 MiB, "
-                             "and the chip's)"),
-}
-
-
-def read_merged_json(f: Path) -> Any:
-    """The JSON of file ``f`` of a merged checkpoint (``deltachip.json`` or ``config.json``),
-    read with its bound (:data:`MERGED_JSON_LIMITS`). Raises InputTooLarge, OSError (a
-    directory, a FIFO or another special file: :class:`NotRegular`),
-    or ValueError (not UTF-8, not JSON, nested too deeply, a number too long)."""
-    from common.inputs import loads_json, read_bounded
-    from common.outputs import special_kind
-    kind = special_kind(f, follow_symlinks=True)
-    if kind is not None:            # a FIFO would block the read, a directory fails it
-        raise NotRegular(f, kind)
-    return loads_json(read_bounded(f, *MERGED_JSON_LIMITS[f.name]))
 
 
 def load_error(d: Path, e: BaseException) -> ChipDirError:
@@ -72,15 +49,6 @@ def load_error(d: Path, e: BaseException) -> ChipDirError:
     what = f"{e.__class__.__name__}: {first}" if first else e.__class__.__name__
     return ChipDirError(f"{d}: transformers cannot load the merged checkpoint ({what[:300]}): "
                         f"merge it again")
-
-
-class NotRegular(OSError):
-    """A path that is a directory, a FIFO, a device or a socket where a file is expected."""
-
-    def __init__(self, path: Path, kind: str):
-        super().__init__(f"is {kind}, not a regular file")
-        self.kind = kind
-        self.strerror = f"is {kind}, not a regular file"
 
 
 class ChipIds:
@@ -287,7 +255,7 @@ def check_routed_fields(f: Path, cfg: dict[str, Any], manifest: dict[str, Any]) 
     def bad(field: str, want: str) -> ChipDirError:
         got = json.dumps(cfg.get(field, "missing"))
         return ChipDirError(f"{f}: {field} is {got[:80]}, but {want}: merge it again")
-    from backends.merge.routed import AUTO_MAP, MODEL_TYPE
+    from backends.merge.files import AUTO_MAP, MODEL_TYPE
     if cfg.get("model_type") != MODEL_TYPE:
         raise bad("model_type", f"a routed merge's is {MODEL_TYPE!r}")
     if cfg.get("auto_map") != AUTO_MAP:
@@ -355,7 +323,6 @@ def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
                            f"readable {MANIFEST})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise ChipDirError(f"{where}: {MANIFEST} is not a deltachip merge manifest")
-    from backends.merge.routed import FORMAT_VERSION
     version = m.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION or type(version) is not int:
         raise ChipDirError(f"{where}: {MANIFEST}: format version {json.dumps(version)[:40]}; "
@@ -376,23 +343,6 @@ def read_manifest(d: Path, option: str = "--model") -> dict[str, Any]:
     return m
 
 
-#: files up to this size get a sha256 in the manifest's file record (the weight shards,
-#: gigabytes, are recorded by size: a truncated or grown shard is caught without reading it)
-DIGEST_LIMIT = 64 << 20
-
-
-def file_record(root: Path) -> dict[str, dict[str, Any]]:
-    """Every file under merge output ``root`` (relative path -> ``bytes``, and ``sha256``
-    for files up to :data:`DIGEST_LIMIT`): the manifest's ``files``, written last."""
-    import hashlib
-    out: dict[str, dict[str, Any]] = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
-            rec: dict[str, Any] = {"bytes": p.stat().st_size}
-            if rec["bytes"] <= DIGEST_LIMIT:
-                rec["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
-            out[p.relative_to(root).as_posix()] = rec
-    return out
 
 
 def check_files(d: Path, manifest: dict[str, Any]) -> None:

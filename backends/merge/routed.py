@@ -38,12 +38,13 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from backends.chipschema import kind_ids
+from backends.merge.files import (AUTO_MAP, FORMAT, FORMAT_VERSION, MANIFEST,  # noqa: F401
+                                   MODEL_TYPE, MODELING, read_merged_json)
 from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json, read_text_file
 from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
                                    write_file)
 from common.outputs import (building_dir, dir_name_problem, disk_shortfall, os_reason,
                             prepare_dir_output)
-
 
 
 class Firmware(Protocol):
@@ -53,14 +54,7 @@ class Firmware(Protocol):
 
     def manifest(self) -> dict[str, Any]: ...
 
-FORMAT = "deltachip-merge"
-FORMAT_VERSION = 1
-MANIFEST = "deltachip.json"
-MODELING = "modeling_deltachip.py"
-MODEL_TYPE = "deltachip_routed"
-#: where transformers finds the routed model's classes (config.json's ``auto_map``)
-AUTO_MAP = {"AutoConfig": "modeling_deltachip.DeltachipRoutedConfig",
-            "AutoModelForCausalLM": "modeling_deltachip.DeltachipRoutedForCausalLM"}
+
 #: what may be in a directory this command wrote (besides shards), so it may be replaced
 OURS = {"config.json", INDEX, MANIFEST, MODELING, "deltachip", "generation_config.json",
         "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -139,7 +133,6 @@ def _is_merge(d: Path, entries: list[str]) -> bool:
     if MANIFEST not in entries or not all(e in OURS or e.endswith(".safetensors")
                                           for e in entries):
         return False
-    from backends.merge.engine import read_merged_json
     from common.inputs import InputTooLarge
     try:
         m = read_merged_json(d / MANIFEST)
@@ -360,7 +353,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             manifest["firmware"] = firmware.manifest()
             manifest["bridge"] = ({"tool_calls": False, "why": bridge}
                                   if isinstance(bridge, str) else {"tool_calls": True})
-        from backends.merge.engine import file_record
+        from backends.merge.files import file_record
         manifest["files"] = file_record(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),

@@ -572,7 +572,7 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                 write_file(tmp / BRIDGE_TABLES, bridge.tensors, {"format": "pt"})
                 manifest["bridge"] = {"tool_calls": True, "config": bridge.config,
                                       "tables": BRIDGE_TABLES}
-        from backends.merge.engine import file_record
+        from backends.merge.files import file_record
         manifest["files"] = file_record(tmp)
         (tmp / "deltachip.json").write_text(json.dumps(manifest, indent=2) + "\n")
     chip_bytes = sum(p.nbytes for s in chip_shards for p in s)

@@ -589,21 +589,16 @@ class CoreBatch:
 
 
 def batch_engine(engine: str, target: str, dtype: str, model: Path | None = None) -> Any:
-    """The engine a :class:`CoreBatch` runs its streams on: ``engine`` (hf or fast) on the
-    cached core for ``target``, or on merged checkpoint ``model``'s chip."""
-    from backends.target import get_target
-    if model is not None and engine == "hf":      # a merged checkpoint's chip
-        from backends.merge.engine import open_merged
-        return open_merged(model, dtype)
-    if model is not None:
-        from backends.fast.engine import FastEngine
-        return FastEngine(model, dtype, threads=1)
-    get_target(target)
-    if engine == "fast":
-        from backends.fast.engine import FastEngine
-        return FastEngine(compiled_core(FULL, target, dtype), dtype, threads=1)
-    from backends.hf_engine import HFEngine
-    return HFEngine(compiled_core(FULL, target, dtype), dtype)
+    """The engine a :class:`CoreBatch` runs its streams on: ``engine`` (hf or fast,
+    :func:`backends.registry.open_engine`) on the cached core for ``target``, or on merged
+    checkpoint ``model``'s chip; its streams one thread each (a batch runs them side by
+    side)."""
+    from backends.registry import open_engine
+    if model is None:
+        from backends.target import get_target
+        get_target(target)
+        model = compiled_core(FULL, target, dtype)
+    return open_engine(engine, model, dtype, threads=1)
 
 
 #: the most streams of a batch of inputs held at once (each holds its program's memory

@@ -1,7 +1,8 @@
 """``deltachip check``: run a compiled chip in transformers (or on the fast engine) and
 compare it with the simulator, or the fast engine with transformers.
 
-Takes: a directory written by ``deltachip compile``, a step count, a dtype, a batch size,
+Takes: a directory written by ``deltachip compile`` or ``deltachip merge`` (either layout:
+its chip is checked; every engine opened by :func:`backends.registry.open_engine`), a step count, a dtype, a batch size,
 ``--prefill``, an optional start token, ``--no-lanes``. Gives: every mismatch (position,
 signal, both values) and each row's first diverging residual lane (position, layer,
 sublayer, lane, the HDL signal it carries with its file:line:col) on stdout and a summary
@@ -24,6 +25,7 @@ sparse engine instead; --against hf compares that engine with transformers, bit 
 
 EPILOG = """examples:
   deltachip check build/counter --steps 64
+  deltachip check build/merged --steps 64 --engine fast       # a merged model's chip
   deltachip check build/gcd --steps 200 --dtype fp32 --batch 4
   deltachip check build/gcd --steps 200 --prefill --start 'Step a=48 b=18'
   deltachip check build/stack --steps 40 --mem-every 10

@@ -1,0 +1,77 @@
+"""One suite, every engine: the same checks on each engine name
+(:data:`backends.registry.ENGINES`) and each kind of chip directory
+(:data:`backends.registry.KINDS`: compiled, routed merge, stock merge), each engine opened the
+one way there is (:func:`backends.registry.open_engine`).
+
+Each is checked against the simulator position by position (:func:`backends.check.check_engine`:
+the token every position predicts, every memory after every step, every live residual
+lane after every sublayer), on small chips by
+default: the counter (registers only) and the stack machine (a ROM, a RAM, a stack), batch 2
+in decode (each equal to the simulator, so all equal to one another). And their errors: an
+id outside the chip's vocabulary is refused by each with the same error.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.check import check_engine
+from backends.engine import TokenIdError
+from backends.registry import ENGINES, KINDS, UnknownEngine, directory_kind, open_engine
+from common.errors import UserError
+
+CHIPS = ("counter", "stack")
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def directories(qchips, merged, stock, bases) -> dict[tuple[str, str], Path]:
+    """(kind, chip) -> a directory of that kind holding that chip (compiled for the tiny
+    bases' shapes, so the same chip merges in both layouts)."""
+    from backends.merge.routed import merge_routed
+    out = {}
+    for chip in CHIPS:
+        out["compiled", chip] = qchips[chip]
+        routed = qchips[chip].parent.parent / f"routed-{chip}"
+        if not routed.exists():
+            merge_routed(bases["tied"], routed, qchips[chip])
+        out["routed", chip] = routed
+        out["stock", chip] = stock("tied", chip)[0]
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", list(ENGINES))
+@pytest.mark.parametrize("chip", CHIPS)
+def test_every_engine_on_every_kind_equals_the_simulator(directories, chip, name, kind):
+    d = directories[kind, chip]
+    assert directory_kind(d) == kind
+    eng = open_engine(name, d, threads=1)
+    rep = check_engine(eng, steps=STEPS, batch=2)
+    assert rep.ok, rep.problems()
+    assert rep.lane_checks > 0
+    assert rep.positions >= 2 * 10 and rep.memory_checks == rep.positions   # to its halt
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_an_id_outside_the_vocabulary_is_refused_alike(directories, name, kind):
+    """Too large, or negative (which a merged model would otherwise read as one of the
+    base's text ids): the same error from every engine, in decode and in prefill."""
+    import torch
+    eng = open_engine(name, directories[kind, "counter"], threads=1)
+    n = eng.circuit.vocab_size
+    for bad in (n, 10 ** 7, -1):
+        with pytest.raises(TokenIdError) as e:
+            eng.decode_step([0, bad], eng.new_cache(2))
+        assert str(e.value) == f"token id {bad} is outside the chip's vocabulary 0..{n - 1}"
+        with pytest.raises(TokenIdError):
+            eng.prefill(torch.tensor([[0, bad]]))
+
+
+def test_an_unknown_engine_is_named():
+    with pytest.raises(UnknownEngine) as e:
+        open_engine("qemu", ".")
+    assert str(e.value) == "unknown engine 'qemu' (engines: hf, fast)"
+    assert isinstance(e.value, UserError)
