@@ -30,10 +30,21 @@ class FastError(UserError):
 def message(model: FastModel, pos: int, code: int, layer: int, val: float,
             where: str = "") -> FastError:
     """The error of a stream stopped at position ``pos`` with kernel error ``code`` at
-    ``layer`` (-1: the embedding, L: the lm_head) on value ``val``."""
+    ``layer`` (-1: the embedding, L: the lm_head) on value ``val``.
+
+    Every checkpoint deltachip writes keeps these values exact, so a stop means the
+    checkpoint is damaged (a weight changed past what the load's checks see) or an engine is
+    wrong: the message says how to tell them apart (``deltachip check DIR``, transformers
+    against the simulator) and what helps in each case (writing the checkpoint again; the
+    hf engine). Code 1 is the stream's own input: an id the chip has no token for."""
     at = ("the lm_head" if layer == len(model.layers) else
           f"layer {layer}" if layer >= 0 else "the embedding")
-    return FastError(f"fast engine: {where}at position {pos}, {at}: "
-                     f"{REASONS.get(code, f'error {code}')} (value {val:g}); "
-                     f"transformers may compute something else here, so the stream "
-                     f"stops (run it with --engine hf)")
+    head = (f"fast engine: {where}at position {pos}, {at}: "
+            f"{REASONS.get(code, f'error {code}')} (value {val:g})")
+    if code == 1:
+        return FastError(f"{head}: the stream stops (its input names no token of the chip)")
+    return FastError(f"{head}: every checkpoint deltachip writes keeps it exact, so the "
+                     f"stream stops. `deltachip check {model.path}` runs the checkpoint in "
+                     f"transformers against the simulator: if they differ, its weights are "
+                     f"damaged: compile it again (a merged checkpoint: merge it again); if "
+                     f"they agree, the fast engine is wrong here: run it with --engine hf")
