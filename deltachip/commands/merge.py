@@ -93,6 +93,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=merge_command)
 
 
+def fp32_refused(e: Exception, target: str, layout: str) -> str:
+    """--dtype fp32 for a core whose token tables fp32 cannot hold (the compiler's reason,
+    said about the dtype, not about the core's source)."""
+    why = getattr(e, "diagnostics", None)
+    why = why[0].message.split("; token kind")[0] if why else str(e)
+    reads = " (it reads the base's vocabulary)" if layout != "stock" else ""
+    return (f"--dtype fp32 is not available for --firmware on this base ({target}): the "
+            f"core's {why.removeprefix('the ')}{reads}; merge in bf16 (the default)")
+
+
 def merge_command(args: argparse.Namespace) -> int:
     import sys
     from common.errors import UserError
@@ -109,6 +119,7 @@ def merge_command(args: argparse.Namespace) -> int:
         from backends.merge.bridge import text_vocabulary
         from cpu.rv32.merged import core_for, core_target, load_firmware
         from backends.target import get_target
+        from backends.rules import VocabularyError
         base = read_base(args.base)
         target = args.target or core_target(base.config, Path(args.base) / "config.json")
         get_target(target)
@@ -116,9 +127,14 @@ def merge_command(args: argparse.Namespace) -> int:
         # the routed layout's core reads a tool call's text tokens (the base's vocabulary
         # in its table ROMs); the stock layout's reads bytes
         text = text_vocabulary(base) if args.layout != "stock" else None
-        chip = core_for(firmware, target, args.dtype or "bf16", progress=say,
-                        approve=lambda em: _room_for_merge(Path(args.output), base, em),
-                        text=text)
+        try:
+            chip = core_for(firmware, target, args.dtype or "bf16", progress=say,
+                            approve=lambda em: _room_for_merge(Path(args.output), base, em),
+                            text=text)
+        except VocabularyError as e:
+            if args.dtype != "fp32":
+                raise
+            raise UserError(fp32_refused(e, target, args.layout)) from None
     if args.layout == "stock":
         from backends.merge.stock import merge_stock
         r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,

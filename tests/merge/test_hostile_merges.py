@@ -528,3 +528,35 @@ def test_a_manifest_whose_file_record_is_damaged(merged, tmp_path, files, said):
     with pytest.raises(ChipDirError) as e:
         check_files(d, read_manifest(d, ""))
     assert str(e.value) == f"{d}: {said}"
+
+
+@pytest.mark.parametrize("layout, reads", [("routed", " (it reads the base's vocabulary)"),
+                                           ("stock", "")])
+def test_merge_firmware_fp32_whose_tables_cannot_fit_names_the_dtype(bases, tmp_path, capfd,
+                                                                     monkeypatch, layout,
+                                                                     reads):
+    """The core's compile refusing fp32 token tables is said of --dtype fp32, not as a
+    token of cpu/rv32/core.hdl to narrow (the compile itself is stood in for: in fp32 it
+    takes minutes before the tables are sized); bf16's own refusal passes as it is."""
+    import cpu.rv32.merged as merged_mod
+    from backends.rules import VocabularyError
+    from deltachip.cli import main
+    from hdl.diagnostics import Diagnostic, Loc
+
+    def refuse(fw, target, dtype, **kw):
+        raise VocabularyError([Diagnostic(Loc("cpu/rv32/core.hdl", 105, 5), (
+            f"the token tables would take 12.2 GiB (embedding and lm_head: 880,916 ids x "
+            f"hidden 1856 in {dtype}), more than 8 GiB; token kind 'Half' has the widest "
+            f"payload (18 bits): narrow it, or carry a wide value in two tokens"))])
+    monkeypatch.setattr(merged_mod, "core_for", refuse)
+    argv = ["merge", str(bases["tied"]), str(tmp_path / "out"), "--firmware", "calc",
+            "--target", "compact", "--layout", layout]
+    assert main(argv + ["--dtype", "fp32"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()[-1]
+    assert err == ("--dtype fp32 is not available for --firmware on this base (compact): the "
+                   "core's token tables would take 12.2 GiB (embedding and lm_head: 880,916 "
+                   f"ids x hidden 1856 in fp32), more than 8 GiB{reads}; merge in bf16 (the "
+                   "default)")
+    assert main(argv) == 2
+    assert "narrow it" in capfd.readouterr().err
+    assert not (tmp_path / "out").exists()
