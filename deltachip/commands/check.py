@@ -25,14 +25,15 @@ sparse engine instead; --against hf compares that engine with transformers, bit 
 
 EPILOG = """examples:
   deltachip check build/counter --steps 64
-  deltachip check build/merged --steps 64 --engine fast       # a merged model's chip
   deltachip check build/gcd --steps 200 --dtype fp32 --batch 4
   deltachip check build/gcd --steps 200 --prefill --start 'Step a=48 b=18'
   deltachip check build/stack --steps 40 --mem-every 10
   deltachip check build/gcd --steps 200 --engine fast
   deltachip check build/gcd --steps 200 --engine fast --against hf
 
-(build/counter, build/gcd and build/stack as made by the examples of `deltachip compile`.)
+(build/counter, build/gcd and build/stack as made by the examples of `deltachip compile`.
+DIR may also be a model `deltachip merge` wrote, routed or stock: its chip is checked
+through the whole merged model, on either engine.)
 
 Decode (default) is greedy: each next token is the model's argmax, fed back. --prefill feeds
 the simulator's token stream in calls of at most 2048 positions (the cache carries over) and
