@@ -23,19 +23,28 @@ Engines: ``hf`` (:mod:`backends.hf_engine`, transformers' own modules) and ``fas
 """
 from __future__ import annotations
 
+import os
+import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+import numpy as np
 
 from hdl.ir import Circuit, Token
 from backends.checkpoint import (RECOMPILE, ChipDirError, check_config, check_digests,
                                  check_weights_file, load_chip_json)
 from backends.chipfile import circuit_from_json
 from common.errors import UserError
-from backends.numbers import DTYPES
+from common.kinds import DType
 from backends.program import MemPlan, head_cell
+
+if TYPE_CHECKING:       # torch is imported where a tensor is made, not to run the fast engine
+    import torch
+    from transformers import DynamicCache
+
+#: the dtypes a chip's weights and runs come in
+DTYPE_NAMES = frozenset(d.value for d in DType)
 
 
 #: bits per int64 limb when words are read back from the recurrent state (a word of any
@@ -54,8 +63,19 @@ class ChipEngine:
     name = "chip"
 
     def __init__(self, path: str | Path, dtype: str | None = None,
-                 roms: dict[str, list[int]] | None = None):
+                 roms: dict[str, list[int]] | None = None, chip_record: Path | None = None):
+        """``chip_record``: where to keep chip.json's :func:`run_chip` (a file deltachip owns,
+        such as one in a core cache entry), so that a load reads a tenth of a megabyte of
+        it rather than all five of the core's; ``self.chip`` then lacks the sections only
+        ``deltachip check`` reads (:data:`RUN_OMITS`)."""
         self.path = Path(path)
+        chip = run_chip(self.path, chip_record) if chip_record is not None else None
+        if chip is not None:            # chip.json checked whole, and against the manifest
+            self.chip = chip
+            self._take_chip(dtype, roms)
+            check_config(path, self.chip)
+            check_weights_file(path)
+            return
         self.chip = load_chip_json(path)
         self._take_chip(dtype, roms)
         check_config(path, self.chip)
@@ -66,9 +86,8 @@ class ChipEngine:
         """The dtype, memory images, circuit, numerics and target of ``self.chip`` (read
         from ``self.path``/chip.json)."""
         self.dtype_name = dtype or self.chip["dtype"]
-        if self.dtype_name not in DTYPES:
+        if self.dtype_name not in DTYPE_NAMES:
             raise ChipDirError(f"unknown dtype '{self.dtype_name}' (expected bf16 or fp32)")
-        self.dtype = DTYPES[self.dtype_name]
         try:
             self.roms = {k: list(v) for k, v in self.chip["roms"].items()}
             self.roms.update(roms or {})
@@ -80,6 +99,12 @@ class ChipEngine:
         self.num = self.chip["numerics"]
         self.tgt = self.chip["target"]
         self.refuse_table_images(roms)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of :attr:`dtype_name` (torch is imported when first asked)."""
+        from backends.numbers import DTYPES
+        return DTYPES[self.dtype_name]
 
     def refuse_table_images(self, roms: dict[str, list[int]] | None) -> None:
         """A UserError when ``roms`` gives a ``table`` ROM an image other than the one
@@ -99,7 +124,9 @@ class ChipEngine:
         every engine's ``decode_step`` and ``prefill`` check first, so all refuse a bad id
         alike (transformers would index out of range; a merged model would read a negative
         chip id as one of the base's text ids)."""
-        flat = ids.flatten().tolist() if isinstance(ids, torch.Tensor) else ids
+        torch = sys.modules.get("torch")         # ids are a tensor only if torch is loaded
+        flat = ids.flatten().tolist() if torch is not None and isinstance(ids, torch.Tensor) \
+            else ids
         n = self.circuit.vocab_size
         if flat and (min(flat) < 0 or max(flat) >= n):      # cheap: once a token per stream
             bad = next(int(i) for i in flat if not 0 <= i < n)
@@ -134,45 +161,53 @@ class ChipEngine:
         return self.circuit.token_from_id(tid)
 
     # ---- state ---------------------------------------------------------------------------
-    def rom_states(self, roms: dict[str, list[int]], memo: dict[Any, Any] | None = None
-                   ) -> dict[int, dict[int, torch.Tensor]]:
+    def rom_states(self, roms: dict[str, list[int]], memo: dict[Any, Any] | None = None,
+                   arrays: bool = False) -> dict[int, dict[int, Any]]:
         """layer -> {value head: [d_k, d_v] fp32 rows} for every memory with an image in
-        ``roms``, and every paired RAM (its rows hold the ballast from the start). ``memo``
-        (a dict kept across calls) computes each distinct (memory, image) once: streams of
-        one program with different inputs share all but the input's memory."""
-        from backends.emit import rom_state
-        prog = _ProgView(self.chip)
-        out: dict[int, dict[int, torch.Tensor]] = {}
+        ``roms``, and every paired RAM (its rows hold the ballast from the start): torch
+        tensors (:func:`backends.emit.rom_state`, the compiler's), or with ``arrays`` the
+        same values bit for bit as numpy arrays, made without torch (:func:`rom_state_np`:
+        the fast engine's). ``memo`` (a dict kept across calls) computes each distinct
+        (memory, image) once: streams of one program with different inputs share all but
+        the input's memory."""
+        if arrays:
+            make = rom_state_np
+        else:
+            from backends.emit import rom_state as make
+        prog, num = _ProgView(self.chip), _NumView(self.num)
+        out: dict[int, dict[int, Any]] = {}
         for name, m in self.chip["memories"].items():
             words = roms.get(name, [])
             if any(words) or m.get("pair"):
-                key = (name, tuple(words))
+                key = (name, tuple(words)) if memo is not None else None
                 states = memo.get(key) if memo is not None else None
                 if states is None:
-                    states = rom_state(prog, _NumView(self.num), name, words)
+                    states = make(prog, num, name, words)
                     if memo is not None:
                         memo[key] = states
                 for (layer, vh), st in states.items():
                     out.setdefault(layer, {})[vh] = st
         return out
 
-    def row_states(self, batch: int, roms: Sequence[dict[str, list[int]]] | None
-                   ) -> list[dict[int, dict[int, torch.Tensor]]]:
+    def row_states(self, batch: int, roms: Sequence[dict[str, list[int]]] | None,
+                   arrays: bool = False) -> list[dict[int, dict[int, Any]]]:
         """The preloaded states of ``batch`` rows: the engine's images in every row, or row
-        b's own ``roms[b]`` over the engine's (see :meth:`new_cache`)."""
+        b's own ``roms[b]`` over the engine's (see :meth:`new_cache`); ``arrays``: numpy
+        rows (:meth:`rom_states`)."""
         if roms is None:
-            return [self.rom_states(self.roms)] * batch
+            return [self.rom_states(self.roms, arrays=arrays)] * batch
         if len(roms) != batch:
             raise ValueError(f"{len(roms)} memory images for batch {batch}")
         memo: dict[Any, Any] = {}
         for r in roms:
             self.refuse_table_images(r)
-        return [self.rom_states({**self.roms, **r}, memo) for r in roms]
+        return [self.rom_states({**self.roms, **r}, memo, arrays) for r in roms]
 
-    def read_memories(self, cache: DynamicCache, row: int = 0) -> dict[str, list[int | None]]:
+    def read_memories(self, cache: Any, row: int = 0) -> dict[str, list[int | None]]:
         """Every memory's words from the recurrent state of batch row ``row`` (read port 0's
         copy); a word whose cells are not exactly Vs times an integer of the cell's bits
         (0 or 1 for bit cells, 0..255 for byte cells) is None."""
+        import torch
         prog = _ProgView(self.chip)
         t = prog.target
         nbv, vs = self.num["n_bv"], 2.0 ** self.num["vs"]
@@ -219,6 +254,103 @@ class ChipEngine:
         from backends.target import Target
         return (not byte_cells_exact(Target(**self.tgt), self.dtype_name) and
                 any(m.get("cell_bits", 1) > 1 for m in self.chip["memories"].values()))
+
+
+#: the sections of chip.json that running a chip does not read (the lane map and the
+#: compiler's trace record: ``deltachip check`` and ``explain`` read them), left out of
+#: :func:`run_chip`
+RUN_OMITS = ("lanemap", "trace")
+#: the kind of :func:`run_chip`'s record (:mod:`backends.fast.records`)
+RUN_CHIP_KIND = "run-chip"
+
+
+def run_chip(path: Path, record: Path) -> dict[str, Any] | None:
+    """chip.json of checkpoint ``path`` without :data:`RUN_OMITS`, from the record at
+    ``record`` when that was made from the same chip.json, else read (and checked) whole
+    and written there. The record's key is chip.json's sha256 as its manifest records it,
+    and only once every file matches the manifest (:func:`backends.manifest.problem`; a
+    stamped file is not hashed again), so a chip.json changed since makes it stale.
+    None (nothing written) when ``path`` has no manifest or does not match it: the
+    caller's full load then says what is wrong. A record that is damaged or stale is named
+    on stderr and made again (:func:`backends.fast.records.cached`)."""
+    import json
+    from backends import manifest
+    from backends.checkpoint import FORMAT_VERSION
+    from backends.fast import records
+    if not os.path.lexists(path / manifest.MANIFEST) or manifest.problem(path) is not None:
+        return None
+    try:
+        files = json.loads((path / manifest.MANIFEST).read_text())["files"]
+        digest = files["chip.json"][manifest.ALGORITHM]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    key = {"chip.json": digest, "format_version": FORMAT_VERSION, "omits": list(RUN_OMITS)}
+
+    def make() -> dict[str, Any]:
+        chip = load_chip_json(path)
+        if manifest.digest(path / "chip.json") != digest:      # replaced while it was read
+            raise ChipDirError(f"{path / 'chip.json'}: changed while it was read; run again")
+        return {k: v for k, v in chip.items() if k not in RUN_OMITS}
+    return records.cached(record, RUN_CHIP_KIND, key, "the record of chip.json", make)
+
+
+def rom_state_np(prog: Any, num: Any, name: str, words: Sequence[int]
+                 ) -> dict[tuple[int, int], np.ndarray]:
+    """:func:`backends.emit.rom_state` in numpy (no torch): recurrent-state rows holding
+    ``words`` for memory ``name``, {(layer, value head): [d_k, d_v] float32}, the same values
+    bit for bit (tests/backends/test_fast_romstate.py). ``prog`` gives ``mems`` and
+    ``target`` (a Program, or :class:`_ProgView` of chip.json), ``num`` ``vs``, ``b_v`` and
+    ``n_bv``."""
+    p = prog.mems[name]
+    t = prog.target
+    dv, g, nbv = t.d_v, t.v_per_k, num.n_bv
+    VS, BV = np.float32(2.0 ** num.vs), np.float32(2.0 ** num.b_v)
+    P = p.per_row
+    nrows = -(-p.depth // P)
+    wt = np.zeros(nrows * P, dtype=np.int64)
+    head = words[:p.depth]
+    if len(head):
+        # a word past 63 bits (none on the core: 32 at most) fits no int64: refused, as in
+        # torch
+        wt[:len(head)] = np.array(head, dtype=np.int64)
+    wt = wt.reshape(nrows, P)
+    # the data columns of each value head of a slice (the same for every port and
+    # rowblock), up to the first unused one: per key row they start at, their j, word,
+    # first bit and mask
+    cols: dict[tuple[int, int], list[tuple[int, np.ndarray, ...]]] = {}
+    for sl in range(p.slices):
+        for v in range(g):
+            used = []
+            for j in range(dv - nbv):
+                col = head_cell(p, t, sl, v, j)
+                if col is None:
+                    break
+                used.append((j, *col))
+            groups = []
+            for r0 in sorted({c[2] for c in used}):
+                js = [c for c in used if c[2] == r0]
+                groups.append((r0, np.array([nbv + c[0] for c in js]),
+                               np.array([c[1] for c in js]),
+                               np.array([c[4] for c in js], dtype=np.int64),
+                               np.array([(1 << c[5]) - 1 for c in js], dtype=np.int64)))
+            cols[(sl, v)] = groups
+    out: dict[tuple[int, int], np.ndarray] = {}
+    for pi in range(p.ports):
+        for rb in range(p.rowblocks):
+            lo, hi = rb * p.rows, min(nrows, (rb + 1) * p.rows)
+            ws = wt[lo:hi]
+            for sl in range(p.slices):
+                layer, kh = p.bank(pi, rb, sl)
+                for v in range(g):
+                    st = np.zeros((t.d_k, dv), dtype=np.float32)
+                    # a paired read sums two rows: every row holds the ballast, always
+                    st[:t.d_k if p.pair else hi - lo, :nbv] = BV
+                    for r0, js, wis, b0s, masks in cols[(sl, v)]:
+                        # each cell's bits as a float32, times VS (a power of two: exact)
+                        st[r0:r0 + hi - lo, js] = \
+                            ((ws[:, wis] >> b0s) & masks).astype(np.float32) * VS
+                    out[(layer, kh * g + v)] = st
+    return out
 
 
 class _ProgView:

@@ -26,14 +26,16 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
-import torch
 
 from backends.engine import ChipEngine
 from backends.fast import model as fmodel, stored
 from backends.fast.native import FastError, make_kernel
+
+if TYPE_CHECKING:       # a run needs no torch: the interface's tensors import it when made
+    import torch
 
 __all__ = ["FastEngine", "FastCache", "FastError"]
 
@@ -64,13 +66,16 @@ class FastEngine(ChipEngine):
 
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None, threads: int | None = None,
-                 progress: Callable[[str], None] | None = None, sparse_form: bool = True):
+                 progress: Callable[[str], None] | None = None, sparse_form: bool = True,
+                 chip_record: Path | None = None):
+        """``chip_record``: see :class:`backends.engine.ChipEngine` (a compiled directory's
+        chip.json read from a record there, without the sections running does not read)."""
         if is_merged(path):             # the chip of a merged checkpoint
             from backends.merge.engine import take_merged
             take_merged(self, Path(path), dtype, roms)
             self.model = fmodel.load(self.merged, self.dtype_name, progress)
         else:
-            super().__init__(path, dtype, roms)
+            super().__init__(path, dtype, roms, chip_record)
             self.model = (stored.load(self.path, self.dtype_name, self.chip, progress)
                           if sparse_form else fmodel.load(self.path, self.dtype_name, progress))
         self.native = make_kernel(self.model)
@@ -86,16 +91,17 @@ class FastEngine(ChipEngine):
         """``batch`` streams with the engine's ROM images preloaded (row b's own ``roms[b]``
         over the engine's, when given)."""
         states = []
-        for rows in self.row_states(batch, roms):
+        for rows in self.row_states(batch, roms, arrays=True):     # numpy: no torch
             st = self.native.new_state()
             rec = self.native.recurrent(st, write=True)
             for layer, heads in rows.items():
                 for vh, s in heads.items():
-                    rec[self._gdn[layer], vh] = s.numpy()
+                    rec[self._gdn[layer], vh] = s
             states.append(st)
         return FastCache(self.native, states)
 
     def recurrent_state(self, cache: FastCache, layer: int, row: int) -> torch.Tensor:
+        import torch
         return torch.from_numpy(self.native.recurrent(cache.states[row])[self._gdn[layer]].copy())
 
     # ---- running -------------------------------------------------------------------------
@@ -119,21 +125,22 @@ class FastEngine(ChipEngine):
             return nat.feed(cache.states[b], ids[b], None if taps is None else taps[b])
         out = np.stack(self._each(one, B))
         if taps is not None and self._taps_out is not None:
+            import torch
             for s, dims in enumerate(self._taps):
                 self._taps_out[s] = torch.from_numpy(
                     taps[:, :, s][:, :, dims.numpy()].astype(np.float64))
         return out
 
-    @torch.no_grad()
     def decode_step(self, ids: Sequence[int], cache: FastCache) -> torch.Tensor:
         """Feed one token per stream; returns the argmax ids [B]."""
+        import torch
         self.check_ids(ids)
         return torch.from_numpy(self._feed(cache, np.asarray(ids, dtype=np.int64)[:, None])[:, 0])
 
-    @torch.no_grad()
     def prefill(self, ids: torch.Tensor, cache: FastCache | None = None
                 ) -> tuple[torch.Tensor, FastCache]:
         """Feed [B, T] ids; returns (argmax ids [B, T], cache)."""
+        import torch
         self.check_ids(ids)
         cache = cache if cache is not None else self.new_cache(ids.shape[0])
         return torch.from_numpy(self._feed(cache, np.asarray(ids, dtype=np.int64))), cache

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from hdl.frontend import load_source
-from hdl.ir import Circuit
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                       # elaborating imports the parser: only load_core does
+    from hdl.ir import Circuit
 
 CORE_DIR = Path(__file__).resolve().parent
 CORE_FILE = CORE_DIR / "core.hdl"
@@ -83,6 +85,7 @@ def core_source(sizes: CoreSizes = FULL) -> str:
 @lru_cache(maxsize=4)
 def load_core(sizes: CoreSizes = FULL) -> Circuit:
     """The elaborated core (messages name core.hdl; imports resolve beside it)."""
+    from hdl.frontend import load_source
     return load_source(core_source(sizes), filename=str(CORE_FILE))
 
 
@@ -110,35 +113,135 @@ _RUN_ONLY = {"hdl/sim/simulator.py", "hdl/sim/engines.py", "hdl/sim/cbuild.py",
 @lru_cache(maxsize=1)
 def compiler_files() -> list[Path]:
     """The source files of ``backends/compiler.py`` and ``hdl/frontend.py`` (what elaborates
-    the core) and of every project module they import, directly or not (each file's ``import``/``from`` statements, function-local ones
-    included), with the ``.lark`` grammars of the packages it reaches; sorted."""
+    the core) and of every project module they import, directly or not (each file's
+    ``import``/``from`` statements, function-local ones included), with the ``.lark``
+    grammars of the packages it reaches; sorted.
+
+    Finding them parses every one (a good part of a second); what was found is kept in the
+    cache (:func:`closure_record`) with what it depended on, and used while that still
+    holds (:func:`_closure_holds`): the same bytes in every file read, the same answer from
+    every path asked about, the same grammars beside them. Else it is found again (a
+    damaged or stale record named on stderr) and the record written anew."""
+    from backends.fast import records
+    path = closure_record()
+    if path is None:
+        return _closure()[0]
+    key = _closure_key()
+    body, why = records.read(path, CLOSURE_KIND, key)
+    if why is None and body is not None:
+        why = _closure_holds(body)
+        if why is None:
+            return [_ROOT / f for f in body["found"]]
+        why = f"stale ({why})"
+    if why is not None:
+        records.say("the record of the compiler's source files", path, why)
+    files, facts = _closure()
+    records.write(path, CLOSURE_KIND, key, facts)
+    return files
+
+
+#: the kind of :func:`compiler_files`' record
+CLOSURE_KIND = "core-compiler-files"
+
+
+def closure_record() -> Path | None:
+    """Where :func:`compiler_files` keeps what it found for this checkout (one record per
+    checkout, named by a digest of its path, under ``$DELTACHIP_CACHE/cores``'s sibling
+    ``records``); None when the cache folder cannot be used (then it is found every time)."""
+    from common.cachedir import cache_dir
+    from common.errors import UserError
+    try:
+        d = cache_dir("records")
+    except UserError:
+        return None
+    tag = hashlib.sha256(str(_ROOT).encode()).hexdigest()[:16]
+    return d / f"compiler-files-{tag}.json"
+
+
+def _closure_key() -> dict[str, str]:
+    """What a record of :func:`compiler_files` must have been made for: this checkout, and
+    this file's code (which decides what is followed)."""
+    return {"root": str(_ROOT),
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(_ROOT))
+
+
+def _closure() -> tuple[list[Path], dict]:
+    """The files (see :func:`compiler_files`), and the facts they were found from: each
+    file read with its sha256, every path asked whether it is a file with the answer, and
+    the grammars of each folder reached."""
     seen: set[Path] = set()
+    read: dict[str, str] = {}
+    asked: dict[str, bool] = {}
+
+    def is_file(p: Path) -> bool:
+        k = _rel(p)
+        if k not in asked:
+            asked[k] = p.is_file()
+        return asked[k]
     todo = [_ROOT / "backends" / "compiler.py", _ROOT / "hdl" / "frontend.py"]
     while todo:
         f = todo.pop()
-        if f in seen or str(f.relative_to(_ROOT)) in _RUN_ONLY:
+        if f in seen or _rel(f) in _RUN_ONLY:
             continue
         seen.add(f)
-        for mod in _imports(f):
+        data = f.read_bytes()
+        read[_rel(f)] = hashlib.sha256(data).hexdigest()
+        for mod in _imports(f, data):
             if mod.split(".")[0] not in _PACKAGES:
                 continue
             base = _ROOT.joinpath(*mod.split("."))
             for cand in (base.with_suffix(".py"), base / "__init__.py"):
-                if cand.is_file():
+                if is_file(cand):
                     todo.append(cand)
             parent = base.parent / "__init__.py"
-            if parent.is_file():
+            if is_file(parent):
                 todo.append(parent)
-    grammars = {g for f in seen for g in f.parent.glob("*.lark")}
-    return sorted(seen | grammars)
+    folders = sorted({f.parent for f in seen})
+    lark = {_rel(d): sorted(g.name for g in d.glob("*.lark")) for d in folders}
+    grammars = {d / n for d, names in zip(folders, lark.values()) for n in names}
+    files = sorted(seen | grammars)
+    return files, {"read": read, "asked": asked, "grammars": lark,
+                   "found": [_rel(f) for f in files]}
 
 
-def _imports(path: Path) -> list[str]:
-    """The dotted module names ``path`` imports (``from a.b import c`` gives a.b and
-    a.b.c, since c may be a module)."""
+def _closure_holds(facts: dict) -> str | None:
+    """Why the files a record of :func:`compiler_files` found may no longer be the ones
+    (a file read then now differs, a path asked about answers otherwise, a folder's
+    grammars changed), in words; None when every fact still holds, so the search would
+    find them again."""
+    try:
+        for rel, digest in facts["read"].items():
+            try:
+                data = (_ROOT / rel).read_bytes()
+            except OSError:
+                return f"{rel} cannot be read"
+            if hashlib.sha256(data).hexdigest() != digest:
+                return f"{rel} changed"
+        for rel, was in facts["asked"].items():
+            if (_ROOT / rel).is_file() != was:
+                return f"{rel} {'is gone' if was else 'appeared'}"
+        for rel, names in facts["grammars"].items():
+            if sorted(g.name for g in (_ROOT / rel).glob("*.lark")) != names:
+                return f"the grammars in {rel} changed"
+        if not isinstance(facts["found"], list) or not all(isinstance(f, str)
+                                                           for f in facts["found"]):
+            return "its list of files is not one"
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        return f"it does not hold the facts it should ({e.__class__.__name__}: {e})"
+    return None
+
+
+def _imports(path: Path, data: bytes | None = None) -> list[str]:
+    """The dotted module names ``path`` (its bytes ``data``, when read already) imports
+    (``from a.b import c`` gives a.b and a.b.c, since c may be a module)."""
     import ast
+    text = path.read_text() if data is None else data.decode()
     out: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(ast.parse(text, filename=str(path))):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

@@ -18,7 +18,10 @@ under ``$DELTACHIP_CACHE/cores`` (default ``~/.cache/deltachip/cores``): only th
 compiles. Every use checks the entry against the digests it was written with
 (:mod:`backends.manifest`; a stamp spares hashing files that have not changed) and rebuilds
 a damaged one; a problem the cache cannot mend is a :class:`CoreCacheError` that names the
-entry ("the cached core at PATH") and what to do (docs/cpu.md, "The core cache").
+entry ("the cached core at PATH") and what to do (docs/cpu.md, "The core cache"). A fast run
+reads the entry's chip.json from its run record beside it (:data:`RUN_CHIP`), and the core's
+HDL is elaborated only for ``sim`` or to name a token in an error: a second run starts in
+well under two seconds (docs/backend.md, "A second run").
 
 Every engine feeds its tokens to :class:`cpu.rv32.protocol.TraceReader`, so a core that
 stops retiring instructions stops the run with :class:`cpu.rv32.protocol.CoreStalled`
@@ -27,6 +30,7 @@ stops retiring instructions stops the run with :class:`cpu.rv32.protocol.CoreSta
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -49,10 +53,10 @@ from cpu.rv32.loader import CoreImage, load_program
 from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, TEXT, WANT, InputFeed, TraceReader,
                                executes, feed_chunk)
 from hdl.ir import Token
-from hdl.sim.tokens import format_token
 
 if TYPE_CHECKING:
     from backends.emit import Emission
+    from hdl.ir import Circuit
 
 _WIDTH = {0: 1, 1: 2, 2: 4, 4: 1, 5: 2}
 
@@ -64,10 +68,9 @@ class CoreEngine:
 
     def __init__(self, image: CoreImage, sizes: CoreSizes):
         self.image, self.sizes = image, sizes
-        self.circuit = load_core(sizes)
         self.machine = image.machine
         self.reader = TraceReader(word_at=self.machine.read_word,
-                                  show=lambda tok: format_token(self.circuit, tok),
+                                  show=self._show,
                                   source=f"the core ({self.name} engine)",
                                   advice="the core does not follow its token protocol "
                                          "(docs/cpu.md): a bug in cpu/rv32")
@@ -75,6 +78,18 @@ class CoreEngine:
         self.reader.feed(self.cur)
         #: the input stream, answered where the core asks for a byte (Want -> In)
         self.input = InputFeed(self.machine.rx, text=image.text)
+
+    @functools.cached_property
+    def circuit(self) -> Circuit:
+        """The core's elaborated HDL (:func:`cpu.rv32.build.load_core`): elaborated when first
+        asked for (the simulator runs it; the compiled engines run their checkpoint, and
+        name a token with it only in an error)."""
+        return load_core(self.sizes)
+
+    def _show(self, tok: Token) -> str:
+        """``tok`` in words, its kind and fields named (for the reader's errors)."""
+        from hdl.sim.tokens import format_token
+        return format_token(self.circuit, tok)
 
     @property
     def pc(self) -> int:
@@ -223,6 +238,10 @@ def cache_root() -> Path:
     sweep_folder(root)
     return root
 
+
+#: a core cache entry's record of its chip.json without the sections running does not read
+#: (:func:`backends.engine.run_chip`), kept beside its weights and removed with them
+RUN_CHIP = "run-chip.json"
 
 #: table ROM images baked into a core (its text vocabulary: cpu/rv32/loader.text_tables)
 Tables = dict[str, list[int]]
@@ -404,6 +423,8 @@ class HFCore(CoreEngine):
         super().__init__(image, sizes)
         self.target = target
         path = Path(checkpoint) if checkpoint else compiled_core(sizes, target, dtype)
+        #: the core cache's entry (deltachip's own folder, where records may be kept)
+        self.entry = None if checkpoint else path
         try:
             self.hf = self._load(path, dtype)
         except ChipDirError as e:
@@ -461,7 +482,8 @@ class FastCore(HFCore):
 
     def _load(self, path: Path, dtype: str) -> Any:
         from backends.fast.engine import FastEngine
-        return FastEngine(path, dtype, roms=self.image.images, threads=1)
+        record = path / RUN_CHIP if self.entry is not None else None
+        return FastEngine(path, dtype, roms=self.image.images, threads=1, chip_record=record)
 
     def run(self, max_steps: int, trace: bool = False) -> RunResult:
         r = self.reader

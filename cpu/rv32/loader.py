@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from common.errors import UserError
 from cpu import isa, memmap
 from cpu.emulator import Machine
@@ -128,11 +130,15 @@ def predecode(word: int, pc: int) -> dict[str, int]:
 
 
 def _words(mem: bytes) -> list[int]:
-    return [int.from_bytes(mem[i:i + 4], "little") for i in range(0, len(mem), 4)]
+    """``mem`` as little-endian 32-bit words (a last partial word zero-padded)."""
+    raw = bytes(mem)
+    raw += b"\0" * (-len(raw) % 4)
+    return np.frombuffer(raw, dtype="<u4").tolist()
 
 
 def _fit(what: str, words: list[int], depth: int, sizes: CoreSizes) -> list[int]:
-    last = max((i for i, w in enumerate(words) if w), default=-1)
+    nz = np.flatnonzero(np.asarray(words, dtype=np.uint32)) if words else ()
+    last = int(nz[-1]) if len(nz) else -1
     if last >= depth:
         raise CoreLoadError(f"the program's {what} reaches word {last}, past the {depth} words "
                             f"of core '{sizes.name}'")
@@ -148,7 +154,8 @@ def image_of(machine: Machine, sizes: CoreSizes = FULL) -> CoreImage:
                   sizes.rodata_words, sizes)
     ram = bytes(mem[memmap.RAM_BASE:memmap.RAM_END])
     ram_words = _fit("RAM data", _words(ram), sizes.ram_words, sizes)
-    decoded = [predecode(w, 4 * i) for i, w in enumerate(code)]
+    zero = predecode(0, 0)              # a zero word decodes alike at every pc
+    decoded = [predecode(w, 4 * i) if w else zero for i, w in enumerate(code)]
     images = {name: [d[name] for d in decoded] for name in PREDECODED}
     images |= {"rawcode": code, "rodata": rodata,
                "rhi": [r >> 13 for r in machine.regs] + [0] * 32,
