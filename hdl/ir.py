@@ -14,9 +14,10 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
+if TYPE_CHECKING:       # networkx is imported by graph() alone: reading a circuit needs none
+    import networkx as nx
 
 from common.kinds import MemKind
 
@@ -336,6 +337,7 @@ class Circuit:
 
     def graph(self) -> nx.DiGraph:
         """The dependency graph: an edge a -> b when node b reads node a."""
+        import networkx as nx
         g = nx.DiGraph()
         g.add_nodes_from(n.id for n in self.nodes)
         g.add_edges_from((a, n.id) for n in self.nodes for a in n.args)
