@@ -98,6 +98,8 @@ def build_command(args: argparse.Namespace) -> int:
             and not Path(args.sources[0]).exists():
         return _build_program(args)
     sources = _resolve_sources(args.sources)
+    from common.clobber import refuse_inputs_as_outputs
+    refuse_inputs_as_outputs([("-o", args.output)], [("a source file", s) for s in sources])
     out = toolchain.build(sources, args.output, opt=f"-O{args.opt}", compiler=args.compiler,
                           defines=args.defines, include_dirs=args.include_dirs,
                           cflags=args.cflags, libc=args.libc,

@@ -141,6 +141,10 @@ def run_command(args: argparse.Namespace) -> int:
     engine = ENGINES[args.engine]
     if args.threads is not None and (args.threads < 1 or args.inputs is None):
         raise UserError("--threads applies to --inputs and must be >= 1")
+    from common.clobber import refuse_inputs_as_outputs
+    refuse_inputs_as_outputs([("--stats", args.stats), ("--trace", args.trace)],
+                             [("the program", args.program), ("the --inputs file", args.inputs),
+                              ("the merged model", args.model)])
     options = _compiled_options(args, engine)
     if args.inputs is not None:
         if args.input is not None or args.trace is not None:

@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from hdl.sim import Simulator, format_token, load_rom_specs, parse_token
     if args.steps < 0:
         raise UserError(f"--steps must be >= 0, got {args.steps}")
+    from common.clobber import refuse_inputs_as_outputs
+    refuse_inputs_as_outputs([("--vcd", args.vcd)], [("the source file", args.file)] + [
+        ("a --rom image", spec.partition("=")[2]) for spec in args.rom if "=" in spec])
     circuit = load_circuit(args.file, args.top)
     if not circuit.kinds:
         raise UserError(f"{args.file}: '{circuit.name}' is a module, not a circuit: "
