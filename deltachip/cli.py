@@ -6,11 +6,12 @@ The driver catches :class:`common.errors.UserError` and prints it: bad input nev
 a Python traceback. SIGTERM is handled like Ctrl-C (SIGINT): the command unwinds, so every
 temporary output is removed and nothing the user owns is left half-written (exit 143; 130
 for Ctrl-C). An ``OSError`` that no stage turned into a UserError (standard output on a full
-disk, ...) is printed with its path and reason (exit 1).
+disk, ...) is printed with its path (standard output when it has none) and reason (exit 1).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import re
@@ -111,11 +112,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as e:
         where = f"{e.filename}: " if e.filename is not None else ""
+        if e.filename is None and _stdout_fails(e):
+            where = "standard output: "
         print(f"deltachip: error: {where}{os_reason(e)}", file=sys.stderr)
         return 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _stdout_fails(e: OSError) -> bool:
+    """Whether ``e`` (an OSError with no file name) came from writing standard output: every
+    file the commands write is named in their errors, so one of the write errors with no name
+    (a full disk or /dev/full, a quota, an I/O error) is standard output's. What waits in its
+    buffer is dropped with it, so the exit's own flush says nothing more."""
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return False
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
+    return True
 
 
 def _bad_argument(argv: list[str]) -> str | None:
