@@ -24,15 +24,19 @@ from typing import Any, TextIO
 
 from backends.checkpoint import ChipDirError
 
-#: the tool the chat template is told about (the calc firmware's call)
-CALC_TOOL = {"type": "function", "function": {
-    "name": "calc",
-    "description": "Exact arithmetic on integers and fractions of any size, computed by a "
-                   "RISC-V computer inside the model: + - * / // % ** gcd(a, b) and "
-                   "parentheses, e.g. 2**100 or (1/3 + 1/6) * 7.",
-    "parameters": {"type": "object", "properties": {"expression": {
-        "type": "string", "description": "the expression, e.g. 2**100"}},
-        "required": ["expression"]}}}
+#: the tool the chat template is told about for a merge whose manifest declares none (calc's
+#: declaration: firmware/calc/__init__.py)
+from firmware.calc import TOOL as CALC_TOOL  # noqa: E402
+
+
+def manifest_tools(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools a merged model answers, as its manifest declares them (``firmware.tool``,
+    then each of ``programs``' ``tool``; cpu/rv32/merged.py): calc's where a merge made
+    before tools were declared names none."""
+    progs = [manifest.get("firmware")] + list(manifest.get("programs") or [])
+    tools = [p["tool"] for p in progs if isinstance(p, dict) and isinstance(p.get("tool"), dict)
+             and isinstance(p["tool"].get("function"), dict)]
+    return tools or [CALC_TOOL]
 
 
 def _check_generation_config(d: Path, model: Any, budget: bool) -> None:
@@ -92,6 +96,8 @@ class Chat:
                 self.driver.cfg["max_tokens"] = call_budget
         self.thinking = thinking
         self.calls: list[dict[str, Any]] = []
+        #: the tools offered to the chat template: the merged programs' (manifest)
+        self.tools = manifest_tools(manifest)
 
     def _load(self, d: Path, manifest: dict[str, Any], dtype: str) -> None:
         """The model, its tokenizer and (stock layout) the call driver, loaded from ``d``."""
@@ -116,13 +122,14 @@ class Chat:
                 self.driver = StockCalls(d, self.model, self.tok)
 
     def prompt_text(self, prompt: str) -> str:
-        """The prompt as a user turn of the base's chat template, the calc tool offered, the
+        """The prompt as a user turn of the base's chat template, the merged programs' tools
+        offered (:func:`manifest_tools`), the
         generation prompt in thinking or non-thinking mode; Qwen's form where the base has
         no template."""
         msgs = [{"role": "user", "content": prompt}]
         if self.tok.chat_template is None:
             return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-        return self.tok.apply_chat_template(msgs, tools=[CALC_TOOL], tokenize=False,
+        return self.tok.apply_chat_template(msgs, tools=self.tools, tokenize=False,
                                             add_generation_prompt=True,
                                             enable_thinking=self.thinking)
 

@@ -63,6 +63,10 @@ class DeltachipRoutedConfig(PreTrainedConfig):
     #: <tool_call>, </tool_call>, <|im_start|>, <think>, </think>, blank text, the tool
     #: turn's text, and the core's token ids (backends/merge/bridge.py); None: no bridge
     chip_bridge: dict | None = None
+    #: how many programs the chip holds (a merge with several ``--firmware``): program 0's
+    #: images are ``chip.rom_state_L``, program k's ``chip.rom_state_L_pK``; a call runs on
+    #: the program whose tool it names (``chip_bridge["tools"]``)
+    chip_programs: int = 1
 
 
 class RoutedCache:
@@ -258,7 +262,7 @@ class DeltachipChip(nn.Module):
     another dtype never rounds them)."""
 
     def __init__(self, config: Qwen3_5TextConfig, rom_layers: list[int],
-                 tables: dict | None = None, sparse: dict | None = None):
+                 tables: dict | None = None, sparse: dict | None = None, programs: int = 1):
         super().__init__()
         if tables is None:
             self.model = Qwen3_5TextModel(config)
@@ -280,12 +284,18 @@ class DeltachipChip(nn.Module):
         shape = (config.linear_num_value_heads, config.linear_key_head_dim,
                  config.linear_value_head_dim)
         self.rom_layers = list(rom_layers)
+        self.programs = programs
         for layer in self.rom_layers:
             self.register_buffer(f"rom_state_{layer}", torch.zeros(shape, dtype=torch.int32))
+            for k in range(1, programs):     # the other programs' images
+                self.register_buffer(f"rom_state_{layer}_p{k}",
+                                     torch.zeros(shape, dtype=torch.int32))
 
-    def new_cache(self, batch: int) -> DynamicCache:
+    def new_cache(self, batch: int, program: int = 0) -> DynamicCache:
         """A cache for ``batch`` streams whose GDN layers are started (recurrent kernel from
-        the first token) with the memory images loaded: what the chip's engine starts from."""
+        the first token) with the memory images loaded: what the chip's engine starts from
+        (``program``: which program's images, in a chip that holds several)."""
+        suffix = f"_p{program}" if program else ""
         cfg = self.model.config
         dtype, device = self.model.norm.weight.dtype, self.model.norm.weight.device
         cache = DynamicCache(config=cfg)
@@ -303,7 +313,8 @@ class DeltachipChip(nn.Module):
                                              device=device),
                 conv_kernel_size=cfg.linear_conv_kernel_dim)
             if li in self.rom_layers:
-                layer.recurrent_states[0][:] = getattr(self, f"rom_state_{li}").view(torch.float32)
+                layer.recurrent_states[0][:] = getattr(
+                    self, f"rom_state_{li}{suffix}").view(torch.float32)
             layer.has_previous_state[0] = True
         return cache
 
@@ -330,8 +341,22 @@ class ToolCalls:
         self.pending: list[int] = []
         self.log: list[dict] = []
         #: the program parked between calls (the chip's state, waiting on the UART's input),
-        #: or None: the next call runs it from its start
+        #: or None: the next call runs it from its start; ``parked_more``: the same for a
+        #: chip's further programs (program number -> its parked state)
         self.parked = None
+        self.parked_more: dict = {}
+
+    def parked_of(self, program: int):
+        """Program ``program``'s parked state, or None."""
+        return self.parked_more.get(program) if program else self.parked
+
+    def park(self, program: int, parked) -> None:
+        if not program:
+            self.parked = parked
+        elif parked is None:
+            self.parked_more.pop(program, None)
+        else:
+            self.parked_more[program] = parked
 
     def follow(self, cfg: dict, i: int) -> bool:
         """Follow text id ``i``; True when it closes a call to be answered (``</tool_call>``
@@ -361,7 +386,7 @@ class ToolCalls:
         new = copy.copy(self)
         new.ids, new.calls, new.pending, new.log = (list(self.ids), list(self.calls),
                                                    list(self.pending), list(self.log))
-        new.parked = None
+        new.parked, new.parked_more = None, {}
         return new
 
 
@@ -436,7 +461,7 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
             self.lm_head = nn.Linear(base.hidden_size, base.vocab_size, bias=False)
         tables = config.chip_tables_shape if config.chip_tables == "structured" else None
         self.chip = DeltachipChip(config.chip_config, config.chip_rom_layers or [], tables,
-                                  config.chip_sparse)
+                                  config.chip_sparse, config.chip_programs or 1)
         bridge = config.chip_bridge
         if bridge and "text" not in bridge:      # a core that reads bytes: their table
             self.chip.bridge = BridgeTables(config.chip_token_offset, bridge["text_bytes"])
@@ -653,7 +678,7 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
         else:
             texts = [(lambda c=c: self.chip.bridge.text(c)) for c in calls]
         ids = answer_calls(self._chip_runner, cfg, texts, [len(c) for c in calls], st,
-                           self._tokenize)
+                           self._tokenize, self._decode if "text" in cfg else None)
         eos = set(self.generation_config.eos_token_id
                   if isinstance(self.generation_config.eos_token_id, list)
                   else [self.generation_config.eos_token_id])
@@ -673,6 +698,11 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
                                                       config=self.config)
         return self._tok(text, add_special_tokens=False).input_ids
 
+    def _decode(self, ids: list[int]) -> str:
+        """Text ids as the merged tokenizer decodes them (a call's text, to route it)."""
+        self._tokenize("")
+        return self._tok.decode(ids)
+
     def _chip_runner(self):
         """The runner of tool calls: the one deltachip provides where it is installed (its
         entry point ``deltachip.call_runner``: the fast engine on the same weights,
@@ -688,21 +718,32 @@ class DeltachipRoutedForCausalLM(Qwen3_5PreTrainedModel, GenerationMixin):
 
 
 def answer_calls(runner, cfg: dict, texts: list, n_ids: list[int], st: ToolCalls,
-                 tokenize) -> list[int]:
+                 tokenize, decode=None) -> list[int]:
     """The ids of the tool turn answering calls of ``n_ids`` text ids each, whose text
     ``texts[k]()`` gives (as :func:`run_call` takes it: the ids, or their bytes), for row
-    state ``st``: each call's output (:func:`call_output`, or an error when the call is too
-    long) in the bridge's tool turn (``cfg["turn"]``: thinking or plain form, by whether the
-    turn's think block held anything), encoded by ``tokenize``. Each call is recorded in
+    state ``st``: each call's output (:func:`call_output`, on the program whose tool the
+    call names where the chip holds several: :func:`call_program`, the call's text as
+    ``decode`` gives it from ``texts[k]()``; or an error when the call is too long) in the
+    bridge's tool turn (``cfg["turn"]``: thinking or plain form, by whether the turn's
+    think block held anything), encoded by ``tokenize``. Each call is recorded in
     ``st.log``."""
     results = []
+    tools = cfg.get("tools") or []
     for text, n in zip(texts, n_ids):
+        program = 0
         if n > MAX_CALL_TOKENS:
             out, rec = (f"error: the call is longer than {MAX_CALL_TOKENS} tokens".encode(),
                         {"tokens": 0, "instructions": 0, "seconds": 0.0, "engine": None,
                          "resumed": False})
         else:
-            out, rec = call_output(runner(), cfg, text(), st)
+            call = text()
+            if len(tools) > 1:
+                said = decode(call) if decode is not None else \
+                    bytes(call).decode("utf-8", "replace")
+                program = call_program(tools, said)
+            out, rec = call_output(runner(), cfg, call, st, program)
+        if tools:
+            rec["tool"] = tools[program]
         rec.update(call_tokens=n, output=out.decode("utf-8", "replace"))
         st.log.append(rec)
         if out.endswith(b"\n"):
@@ -712,23 +753,70 @@ def answer_calls(runner, cfg: dict, texts: list, n_ids: list[int], st: ToolCalls
     return tokenize(before + between.join(results) + after)
 
 
-def call_output(chip, cfg: dict, text: bytes | list[int], st: ToolCalls
+def call_tool(text: str) -> str | None:
+    """The tool a call's text names: the top-level ``"name"`` of its JSON object, or the
+    NAME of ``<function=NAME>`` in the XML form; None where it names none."""
+    s = text.strip()
+    if s.startswith("<function="):
+        end = s.find(">")
+        return s[10:end].strip() if end > 0 else None
+    if not s.startswith("{"):
+        return None
+    depth, i, key, want = 0, 0, None, False
+    while i < len(s):
+        c = s[i]
+        if c == '"':                    # a string: a key, or the value of "name"
+            j, chars = i + 1, []
+            while j < len(s) and s[j] != '"':
+                if s[j] == "\\" and j + 1 < len(s):
+                    j += 1
+                chars.append(s[j])
+                j += 1
+            word = "".join(chars)
+            if depth == 1 and want:
+                return word
+            key = word if depth == 1 else None
+            i = j + 1
+            continue
+        if c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+        elif c == ":" and depth == 1 and key == "name":
+            want = True
+            i += 1
+            continue
+        if c not in " \t\r\n":
+            want = False
+        i += 1
+    return None
+
+
+def call_program(tools: list[str], text: str) -> int:
+    """The program a call runs on: the one whose tool (``tools``, in program order) it
+    names; the first where it names none of them (which answers it with its own error)."""
+    name = call_tool(text)
+    return tools.index(name) if name in tools else 0
+
+
+def call_output(chip, cfg: dict, text: bytes | list[int], st: ToolCalls, program: int = 0
                 ) -> tuple[bytes, dict]:
-    """What the program prints with ``text`` as its UART input (resumed where row state
-    ``st``'s last call parked it, else from its start; on ``chip``, a runner of
+    """What ``program`` prints with ``text`` as its UART input (resumed where row state
+    ``st``'s last call to it parked it, else from its start; on ``chip``, a runner of
     :func:`run_call`), with an error line when the run faults or runs out of steps; and the
     run's record (tokens, instructions, seconds, engine, resumed)."""
     import time
     t0 = time.perf_counter()
     # an empty call would end a parked program: it runs on a fresh one (which says so)
-    rec = run_call(chip, cfg, text, st.parked if text else None)
-    st.parked = rec.pop("parked")
+    rec = run_call(chip, cfg, text, st.parked_of(program) if text else None, program)
+    parked = rec.pop("parked")
+    st.park(program, parked)
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     rec["engine"] = chip.name
     out = rec.pop("output")
     if rec["fault"]:
         out += b"\nerror: the computer stopped on a fault\n"
-    elif not rec["ended"] and st.parked is None:
+    elif not rec["ended"] and parked is None:
         out += f"\nerror: no answer within {cfg['max_tokens']:,} steps\n".encode()
     return out, rec
 
@@ -741,9 +829,9 @@ class ModuleChip:
     def __init__(self, chip: "DeltachipChip"):
         self.chip = chip
 
-    def new(self) -> DynamicCache:
-        """The state of a new run (the chip's memories from their images)."""
-        return self.chip.new_cache(1)
+    def new(self, program: int = 0) -> DynamicCache:
+        """The state of a new run (the chip's memories from ``program``'s images)."""
+        return self.chip.new_cache(1, program)
 
     def advance(self, state: DynamicCache, first: int, n: int, stop: set[int]) -> list[int]:
         """The chip's ids after feeding ``first``: at most ``n``, ending at one in ``stop``
@@ -808,11 +896,12 @@ def split_long(ids: list[int], long: dict) -> list[int]:
     return out
 
 
-def run_call(chip, cfg: dict, text: bytes | list[int], parked=None) -> dict:
+def run_call(chip, cfg: dict, text: bytes | list[int], parked=None, program: int = 0) -> dict:
     """A run of the core with ``text`` as its UART input (:class:`CallFeed`: text ids or
     bytes), on ``chip`` (``new()`` a run's state, ``advance(state, first, n, stop)`` the
     chip's next ids). ``parked``: (state, m) of a program parked on a ``Want(m)`` by the
-    previous call, resumed with this text; None: run from the start token. Each Want is
+    previous call, resumed with this text; None: run from the start token, on ``program``'s
+    memory images (``chip.new(program)``; the chip's own for 0). Each Want is
     answered by the feed; a Want it has no answer for parks the program (the call is
     answered, and (state, m) is given back as ``parked``). An Out's byte is printed; End
     ends the run, a Fault marks it. Counts the tokens and the instructions retired
@@ -834,7 +923,7 @@ def run_call(chip, cfg: dict, text: bytes | list[int], parked=None) -> dict:
         state, m = parked
         tok = feed.answer(m)
     else:
-        state, tok = chip.new(), cfg["start"]
+        state, tok = (chip.new(program) if program else chip.new()), cfg["start"]
     out = bytearray()
     tokens, instructions, fault, ended = 1, 0, False, False
     prev_exec, park = executes(tok), None

@@ -152,14 +152,20 @@ class _Chip:
     rom_shape: tuple[int, int, int]
     chip_json: bytes
     roms: dict[str, list[int]]      # the memory images merged (the chip's, or a firmware's)
+    #: the other programs of a merge with several (``--firmware`` given more than once):
+    #: each one's memory images (over the chip's) and its initial GDN states, as above
+    programs: list[tuple[dict[str, list[int]], dict[int, bytes]]] = field(
+        default_factory=list)
 
 
 def _read_chip(path: Path, dtype: str | None,
-               roms: dict[str, list[int]] | None = None, digests: bool = True) -> _Chip:
+               roms: dict[str, list[int]] | None = None, digests: bool = True,
+               others: list[dict[str, list[int]]] | None = None) -> _Chip:
     """The chip at ``path``, checked as every engine checks it (ChipDirError otherwise);
     ``roms`` (memory name -> words) replace its own memory images. A chip without its
     manifest.json (the digests of its files) is refused unless ``digests`` is False: a
-    flipped weight byte or an edited chip.json could not be found."""
+    flipped weight byte or an edited chip.json could not be found. ``others``: the images
+    of further programs (:attr:`_Chip.programs`)."""
     import os
     import torch
     from backends.checkpoint import weights_file
@@ -185,14 +191,27 @@ def _read_chip(path: Path, dtype: str | None,
     cfg = dict(eng.chip["config"])
     nv, dk, dv = (cfg["linear_num_value_heads"], cfg["linear_key_head_dim"],
                   cfg["linear_value_head_dim"])
-    states: dict[int, bytes] = {}
-    for layer, heads in sorted(eng.rom_states(eng.roms).items()):
-        full = torch.zeros(nv, dk, dv, dtype=torch.float32)
-        for vh, st in heads.items():
-            full[vh] = st
-        states[layer] = full.view(torch.int32).numpy().tobytes()
+
+    def layer_states(roms: dict[str, list[int]]) -> dict[int, bytes]:
+        states: dict[int, bytes] = {}
+        for layer, heads in sorted(eng.rom_states(roms).items()):
+            full = torch.zeros(nv, dk, dv, dtype=torch.float32)
+            for vh, st in heads.items():
+                full[vh] = st
+            states[layer] = full.view(torch.int32).numpy().tobytes()
+        return states
+    states = layer_states(eng.roms)
+    programs = []
+    for images in others or []:
+        eng.refuse_table_images(images)
+        mine = {**eng.roms, **images}
+        theirs = layer_states(mine)
+        if set(theirs) != set(states):
+            raise MergeError(f"chip {path}: the programs' memory images are in different "
+                             "layers; merge one program")
+        programs.append((mine, theirs))
     return _Chip(path, eng.chip, cfg, files, states, (nv, dk, dv),
-                 _chip_json_bytes(path), eng.roms)
+                 _chip_json_bytes(path), eng.roms, programs)
 
 
 def _chip_json_bytes(path: Path) -> bytes:
@@ -255,7 +274,8 @@ def _rom_hex(words: list[int], width: int) -> str:
 def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                  dtype: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 tables: str = "auto", firmware: Firmware | None = None,
+                 tables: str = "auto",
+                 firmware: Firmware | list[Firmware] | None = None,
                  digests: bool = True) -> MergeReport:
     """Write the routed merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
     the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
@@ -264,14 +284,18 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     ``plain`` (byte for byte, the layers' weights too), or ``auto`` (structured when the
     chip's tables have the structure and it is smaller); but ``plain``, a layer weight is
     stored as its nonzeros when that is smaller (:mod:`backends.merge.sparse`). ``firmware``: a RISC-V program whose memory images replace
-    the chip's (the chip is then the core: :func:`cpu.rv32.merged.core_for`). ``digests``
-    False merges a chip without its manifest.json (unchecked)."""
+    the chip's (the chip is then the core: :func:`cpu.rv32.merged.core_for`), or a list of
+    them (the first one's images are the chip's; each program answers its own tool:
+    :func:`program_files`). ``digests`` False merges a chip without its manifest.json
+    (unchecked)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
     if tables not in TABLES:
         raise ValueError(f"tables must be one of {', '.join(TABLES)}, got {tables!r}")
-    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say, digests=digests)
+    fws = programs_of(firmware)
+    firmware = fws[0] if fws else None
+    inp = read_inputs(base_dir, out, chip_dir, dtype, fws, say, digests=digests)
     base, chip, names, offset, texts = inp.base, inp.chip, inp.names, inp.offset, inp.texts
     dtype = chip.chip["dtype"]
     packed = None
@@ -305,11 +329,14 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
     nv, dk, dv = chip.rom_shape
     chip_shards[-1] += [OutTensor(f"chip.rom_state_{layer}", "I32", (nv, dk, dv), len(b),
                                   data=b) for layer, b in chip.rom_states.items()]
+    for k, (_, states) in enumerate(chip.programs, 1):      # the other programs' states
+        chip_shards[-1] += [OutTensor(f"chip.rom_state_{layer}_p{k}", "I32", (nv, dk, dv),
+                                      len(b), data=b) for layer, b in states.items()]
     if packed is not None:
         chip_shards[-1] += packed.tensors
     if layers is not None:
         chip_shards[-1] += layers.tensors
-    bridge = _bridge(base, chip) if firmware is not None else None
+    bridge = _bridge(base, chip, fws) if firmware is not None else None
     if bridge is not None and not isinstance(bridge, str):
         chip_shards[-1] += bridge.tensors
     n = len(base.files) + len(chip_shards)
@@ -338,6 +365,8 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             cfg["chip_sparse"] = layers.config
         if bridge is not None and not isinstance(bridge, str):
             cfg["chip_bridge"] = bridge.config
+        if len(fws) > 1:
+            cfg["chip_programs"] = len(fws)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
         for fname, data in texts.items():
@@ -350,7 +379,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
                 "weights": len(layers.config), "bytes": layers.nbytes,
                 "dense_bytes": layers.dense_nbytes}
         if firmware is not None:
-            manifest["firmware"] = firmware.manifest()
+            program_files(tmp, chip, fws, manifest)
             manifest["bridge"] = ({"tool_calls": False, "why": bridge}
                                   if isinstance(bridge, str) else {"tool_calls": True})
         from backends.merge.files import file_record
@@ -374,7 +403,7 @@ class Inputs:
 
 
 def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
-                firmware: Firmware | None, say: Callable[[str], None],
+                firmware: Firmware | list[Firmware] | None, say: Callable[[str], None],
                 fits: Callable[[Base, _Chip], None] | None = None,
                 digests: bool = True) -> Inputs:
     """Check OUT_DIR's name, read the base and the chip (the firmware's memory images in
@@ -384,7 +413,9 @@ def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
     say("reading the base")
     base = read_base(base_dir)
     say("reading the chip")
-    chip = _read_chip(chip_dir, dtype, firmware.images if firmware else None, digests)
+    fws = programs_of(firmware)
+    chip = _read_chip(chip_dir, dtype, fws[0].images if fws else None, digests,
+                      [fw.images for fw in fws[1:]])
     if fits is not None:
         fits(base, chip)
     prepare_output(out, base_dir, chip_dir)
@@ -413,16 +444,48 @@ def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:
     return roms
 
 
-def _bridge(base: Base, chip: _Chip) -> Any:
+def _bridge(base: Base, chip: _Chip, fws: list[Firmware] | None = None) -> Any:
     """The tool-call bridge (:mod:`backends.merge.bridge`) of a merge with the core, or why
-    there is none."""
+    there is none; its ``tools``: the tool each program answers (``fws``), in order."""
     from backends.merge.bridge import build, tool_turn
     p = base.extra.get("tokenizer.json")
     if p is None:
         return "the base has no tokenizer.json"
     tok = read_json(p, "a tokenizer.json")
-    return build(tok, base.vocab_size, chip.chip, tool_turn(base.path)) \
+    bridge = build(tok, base.vocab_size, chip.chip, tool_turn(base.path)) \
         if isinstance(tok, dict) else "the base's tokenizer.json is not a JSON object"
+    if fws and not isinstance(bridge, str):
+        bridge.config["tools"] = [fw.tool_name for fw in fws]
+    return bridge
+
+
+def programs_of(firmware: Firmware | list[Firmware] | None) -> list[Firmware]:
+    """``firmware`` as a list (one program, several, or none)."""
+    if firmware is None:
+        return []
+    return list(firmware) if isinstance(firmware, (list, tuple)) else [firmware]
+
+
+def program_files(tmp: Path, chip: _Chip, fws: list[Firmware],
+                  manifest: dict[str, Any]) -> None:
+    """The manifest's ``firmware`` (the first program, whose images are the chip's:
+    ``deltachip/roms``) and, with several programs, ``programs``: each further one's entry
+    and memory images (``deltachip/roms/pK/NAME.hex``, K from 1, in the order given; its
+    initial GDN states are ``chip.rom_state_L_pK`` in a routed merge)."""
+    manifest["firmware"] = fws[0].manifest()
+    if len(fws) < 2:
+        return
+    progs = []
+    for k, (fw, (roms, _)) in enumerate(zip(fws[1:], chip.programs), 1):
+        files = {}
+        (tmp / "deltachip" / "roms" / f"p{k}").mkdir(parents=True, exist_ok=True)
+        for mem, words in sorted(roms.items()):
+            if mem not in chip.chip["memories"]:
+                continue
+            files[mem] = f"deltachip/roms/p{k}/{mem}.hex"
+            (tmp / files[mem]).write_text(_rom_hex(words, chip.chip["memories"][mem]["width"]))
+        progs.append({**fw.manifest(), "roms": files})
+    manifest["programs"] = progs
 
 
 def _tables_entry(chip: _Chip, packed: Any) -> dict[str, Any]:

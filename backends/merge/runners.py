@@ -30,6 +30,7 @@ class FastChip:
     def __init__(self, path: str | Path):
         from backends.fast.engine import FastEngine
         self.eng = FastEngine(str(path), roms=self.roms(path), threads=1)
+        self.programs = program_roms(path)
         self._stop: tuple | None = None
 
     @staticmethod
@@ -39,11 +40,13 @@ class FastChip:
         from backends.merge.engine import read_manifest
         d = Path(path)
         manifest = read_manifest(d)
-        return {mem: [int(w, 16) for w in (d / rel).read_text().split()]
-                for mem, rel in (manifest["chip"].get("roms") or {}).items()}
+        return _hex_roms(d, manifest["chip"].get("roms"))
 
-    def new(self) -> Any:
-        """The state of a new run (a fast-engine stream at its start)."""
+    def new(self, program: int = 0) -> Any:
+        """The state of a new run (a fast-engine stream at its start, with ``program``'s
+        memory images)."""
+        if program:
+            return self.eng.new_cache(1, roms=[self.programs[program - 1]])
         return self.eng.new_cache(1)
 
     def advance(self, state: Any, first: int, n: int, stop: set[int]) -> list[int]:
@@ -55,13 +58,35 @@ class FastChip:
         return self.eng.run(state, 0, first, n, self._stop[1]).tolist()
 
 
+def _hex_roms(d: Path, files: Any) -> dict:
+    """memory name -> words of the ``deltachip/roms`` hex files ``files`` names."""
+    if not isinstance(files, dict):
+        return {}
+    return {mem: [int(w, 16) for w in (d / rel).read_text().split()]
+            for mem, rel in files.items()}
+
+
+def program_roms(path: str | Path) -> list[dict]:
+    """The memory images of a merged checkpoint's further programs (a merge with several
+    ``--firmware``: its manifest's ``programs``, in order), each memory name -> words."""
+    from backends.merge.engine import read_manifest
+    d = Path(path)
+    progs = read_manifest(d).get("programs")
+    return [_hex_roms(d, p.get("roms")) for p in progs if isinstance(p, dict)] \
+        if isinstance(progs, list) else []
+
+
 class EngineChip:
-    """A runner on any chip engine, a token at a time (its ``decode_step``)."""
+    """A runner on any chip engine, a token at a time (its ``decode_step``); ``programs``:
+    the further programs' memory images (:func:`program_roms`)."""
 
-    def __init__(self, eng: Any, name: str = "transformers"):
+    def __init__(self, eng: Any, name: str = "transformers", programs: list | None = None):
         self.eng, self.name = eng, name
+        self.programs = programs or []
 
-    def new(self) -> Any:
+    def new(self, program: int = 0) -> Any:
+        if program:
+            return self.eng.new_cache(1, roms=[self.programs[program - 1]])
         return self.eng.new_cache(1)
 
     def advance(self, state: Any, first: int, n: int, stop: set[int]) -> list[int]:
@@ -98,4 +123,5 @@ def stock_runner(d: str | Path, model: Any) -> FastChip | EngineChip:
     if fast is not None:
         return fast
     from backends.merge.engine import StockEngine
-    return EngineChip(StockEngine(d, model=model, roms=FastChip.roms(d)))
+    return EngineChip(StockEngine(d, model=model, roms=FastChip.roms(d)),
+                      programs=program_roms(d))

@@ -70,6 +70,7 @@ import numpy as np
 from backends.merge.base import INDEX, Base
 from backends.merge.stock_chip import COLS, LAYER, NORMS, ROWS, SAME_FIELDS
 from backends.merge.routed import (DTYPE_NAMES, Firmware, MergeReport, _bridge, _Chip,
+                                   program_files, programs_of,
                                    _manifest, check_disk, read_inputs, shard_name,
                                    write_chip_files)
 from backends.merge.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, TensorEntry,
@@ -511,16 +512,21 @@ class StockReport(MergeReport):
 def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                 dtype: str | None = None,
                 progress: Callable[[str], None] | None = None,
-                firmware: Firmware | None = None, digests: bool = True) -> StockReport:
+                firmware: Firmware | list[Firmware] | None = None,
+                digests: bool = True) -> StockReport:
     """Write the stock merge of ``chip_dir`` into ``base_dir``'s model at ``out_dir`` (see
     the module docstring). ``dtype`` (bf16 or fp32, default the chip's) must be the chip's.
     ``firmware`` (:class:`cpu.rv32.merged.Firmware`, the chip being the core): a RISC-V
-    program whose memory images replace the chip's, recorded in the manifest. ``digests``
-    False merges a chip without its manifest.json (unchecked)."""
+    program whose memory images replace the chip's, recorded in the manifest; or a list of
+    them (each answers its own tool: :func:`backends.merge.routed.program_files`; the
+    driver starts a call on its program's images). ``digests`` False merges a chip without
+    its manifest.json (unchecked)."""
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     base_dir, out, chip_dir = Path(base_dir), Path(out_dir), Path(chip_dir)
-    inp = read_inputs(base_dir, out, chip_dir, dtype, firmware, say, fits=check_chip_fits,
+    fws = programs_of(firmware)
+    firmware = fws[0] if fws else None
+    inp = read_inputs(base_dir, out, chip_dir, dtype, fws, say, fits=check_chip_fits,
                       digests=digests)
     base, chip, names, offset, texts = inp.base, inp.chip, inp.names, inp.offset, inp.texts
     dtype = chip.chip["dtype"]
@@ -564,8 +570,8 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                              "vision_dropped": base.multimodal,
                              "chip_final_norm_dims": np.flatnonzero(pl.readout()).tolist()}
         if firmware is not None:
-            manifest["firmware"] = firmware.manifest()
-            bridge = _bridge(base, chip)
+            program_files(tmp, chip, fws, manifest)
+            bridge = _bridge(base, chip, fws)
             if isinstance(bridge, str):
                 manifest["bridge"] = {"tool_calls": False, "why": bridge}
             else:

@@ -1,11 +1,21 @@
 """``deltachip merge --firmware``: the RISC-V core as the chip, a program's memory images in it.
 
 Takes: a firmware spec (the name of a shipped program, ``calc`` or ``hello``..., built with
-:mod:`firmware.toolchain`; or the path of an ELF), the core's sizes and the base. Gives:
-:class:`Firmware` (the program's memory images as :func:`cpu.rv32.loader.load_program`
-makes them, its name and sha256, for the manifest) and :func:`core_for`: the compiled core
+:mod:`firmware.toolchain`; ``python`` (or ``micropython``): MicroPython, built and cached by
+:mod:`firmware.micropython.build`; or the path of an ELF), the core's sizes and the base.
+Gives: :class:`Firmware` (the program's memory images as :func:`cpu.rv32.loader.load_program`
+makes them, its name and sha256, and the tool it answers, for the manifest) and
+:func:`core_for`: the compiled core
 for the base's shapes from the core cache (:func:`cpu.rv32.engines.compiled_core`,
 compiled on first use: minutes and several GB at real shapes).
+
+The tool a program answers: a shipped program declares it in its package (``TOOL`` in
+``firmware/<name>/__init__.py``: an OpenAI-style function declaration, as a chat template is
+told about it; calc's ``calc``, MicroPython's ``python``); an ELF named like a shipped
+program (``calc.elf``) answers that program's tool, any other ELF a tool named after its
+file (``prog.elf``: ``prog``) with one parameter ``input``. A merge with several programs
+(``--firmware calc --firmware python``) has one tool per program; the bridge runs a call on
+the program whose tool the call names (:func:`tool_name`).
 
 The target: a base with Qwen3.5-4B's GDN heads and MLP width gets ``qwen3.5-4b`` (the core
 cache's entry that ``deltachip run --target qwen3.5-4b`` uses too); any other base, its own
@@ -37,18 +47,50 @@ class Firmware:
     entry: int
     sizes: Any                              # cpu.rv32.build.CoreSizes
     core: dict[str, Any] = field(default_factory=dict)
+    #: the tool it answers (an OpenAI-style function declaration: see the module docstring)
+    tool: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool_name(self) -> str:
+        return tool_name(self.tool)
 
     def manifest(self) -> dict[str, Any]:
         return {"name": self.name, "file": self.path.name, "sha256": self.sha256,
+                "tool": self.tool,
                 "entry": f"0x{self.entry:08x}", "core": self.core,
                 "core_sizes": {"code_words": self.sizes.code_words,
                                "rodata_words": self.sizes.rodata_words,
                                "ram_words": self.sizes.ram_words}}
 
 
+#: the shipped programs whose packages declare a tool (program -> its package), and the
+#: names a spec may give them by (``python`` is MicroPython's tool)
+TOOL_PACKAGES = {"calc": "firmware.calc", "micropython": "firmware.micropython"}
+ALIASES = {"python": "micropython"}
+
+
+def tool_name(tool: dict[str, Any]) -> str:
+    """The name calls give a tool declaration (``tool["function"]["name"]``)."""
+    return str((tool.get("function") or {}).get("name", ""))
+
+
+def declared_tool(program: str) -> dict[str, Any]:
+    """The tool program ``program`` answers (see the module docstring)."""
+    import importlib
+    pkg = TOOL_PACKAGES.get(ALIASES.get(program, program))
+    if pkg is not None:
+        return importlib.import_module(pkg).TOOL
+    return {"type": "function", "function": {
+        "name": program, "description": f"Runs the program {program} on a RISC-V computer "
+        "inside the model with the text given as its input; answers with what it prints.",
+        "parameters": {"type": "object", "properties": {"input": {
+            "type": "string", "description": "the program's input text"}},
+            "required": ["input"]}}}
+
+
 def firmware_elf(spec: str, workdir: Path) -> tuple[str, Path]:
-    """(name, ELF path) of ``spec``: a shipped program's name (built into ``workdir``) or
-    the path of an ELF."""
+    """(name, ELF path) of ``spec``: a shipped program's name (built into ``workdir``;
+    MicroPython into its cache), or the path of an ELF."""
     from firmware import toolchain
     p = Path(spec)
     if p.is_file():
@@ -56,8 +98,11 @@ def firmware_elf(spec: str, workdir: Path) -> tuple[str, Path]:
     programs = toolchain.shipped_programs()
     if spec in programs:
         return spec, toolchain.build(programs[spec], workdir / f"{spec}.elf")
+    if ALIASES.get(spec, spec) == "micropython":
+        from firmware.micropython import build as mp_build
+        return "micropython", mp_build.elf_path()
     raise MergeError(f"--firmware {spec}: no such ELF file, nor a shipped program (one of "
-                     f"{', '.join(sorted(programs))})")
+                     f"{', '.join(sorted([*programs, 'micropython', 'python']))})")
 
 
 def load_firmware(spec: str, sizes: Any = None) -> Firmware:
@@ -79,7 +124,21 @@ def load_firmware(spec: str, sizes: Any = None) -> Firmware:
         except OSError as e:
             raise MergeError(f"--firmware {spec}: cannot read: {e.strerror or e}") from None
     return Firmware(name, Path(spec) if Path(spec).is_file() else elf, hashlib.sha256(data)
-                    .hexdigest(), image.images, image.machine.pc, sizes)
+                    .hexdigest(), image.images, image.machine.pc, sizes,
+                    tool=declared_tool(name))
+
+
+def load_firmwares(specs: list[str], sizes: Any = None) -> list[Firmware]:
+    """:func:`load_firmware` of each spec (``--firmware`` given once or more): a MergeError
+    when two programs answer the same tool (a call could not name one of them)."""
+    fws = [load_firmware(s, sizes) for s in specs]
+    seen: dict[str, str] = {}
+    for spec, fw in zip(specs, fws):
+        if fw.tool_name in seen:
+            raise MergeError(f"--firmware {spec}: answers the tool {fw.tool_name!r}, as "
+                             f"--firmware {seen[fw.tool_name]} does: give each tool once")
+        seen[fw.tool_name] = spec
+    return fws
 
 
 def core_target(base_config: dict[str, Any], config_path: Path) -> str:

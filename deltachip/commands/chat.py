@@ -1,7 +1,7 @@
 """``deltachip chat MODEL_DIR``: talk to a merged model that answers its own tool calls.
 
 Takes: a merged checkpoint with the tool-call bridge (``deltachip merge BASE OUT
---firmware calc``, either layout), ``--prompt TEXT`` (else one prompt a line from standard input),
+--firmware calc|python``, either layout), ``--prompt TEXT`` (else one prompt a line from standard input),
 ``--max-new-tokens N``, ``--show-trace``. Gives: the reply streamed on stdout; with
 ``--show-trace``, one line per tool call on stderr (the call's tokens, the chip's tokens,
 instructions retired, seconds, engine, what the program printed). :mod:`deltachip.chat`.
@@ -14,6 +14,8 @@ import sys
 EPILOG = """examples:
   deltachip merge ~/models/qwen3.5-4b-text build/merged-calc --firmware calc
   deltachip chat build/merged-calc --prompt 'What is 2**100 exactly?' --show-trace
+  deltachip merge ~/models/qwen3.5-4b-text build/merged-tools --firmware calc --firmware python
+  deltachip chat build/merged-tools --prompt 'Which primes are below 50?' --show-trace
 """
 
 
@@ -21,10 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "chat", help="chat with a merged model that answers its tool calls from its weights",
         description="Stream a merged model's reply; a <tool_call> it writes is answered by "
-                    "the program in its chip (calc), inside generation.",
+                    "the program in its chip (calc, MicroPython: the one whose tool the call "
+                    "names), inside generation.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", metavar="MODEL_DIR",
-                   help="a checkpoint written by `deltachip merge --firmware calc`")
+                   help="a checkpoint written by `deltachip merge --firmware calc` (or "
+                        "python, or both)")
     p.add_argument("--prompt", default=None, metavar="TEXT",
                    help="the user's message (default: one per line of standard input)")
     p.add_argument("--max-new-tokens", type=int, default=512, metavar="N")

@@ -2,9 +2,11 @@
 
 Takes: BASE_DIR (a local Qwen3.5 checkpoint, text or vision-language (taken as its text
 model): config.json, safetensors single or sharded with an index, tokenizer), OUT_DIR,
-``--chip DIR`` (written by ``deltachip compile``) or ``--firmware calc|PROG.elf`` (the
+``--chip DIR`` (written by ``deltachip compile``) or ``--firmware calc|python|PROG.elf`` (the
 RISC-V core for the base's shapes from the core cache, ``--target`` to choose another, with
-the program's memory images), ``--dtype`` (default: the chip's; it must be the chip's),
+the program's memory images; given more than once, one core with each program's images, a
+tool call run on the program whose tool it names),
+``--dtype`` (default: the chip's; it must be the chip's),
 ``--tables`` (how the chip's token tables are stored; routed) and ``--layout`` (``routed``
 or ``stock``). Gives: OUT_DIR as :mod:`backends.merge.routed` or :mod:`backends.merge.stock`
 describes it, written atomically, and a summary on stdout. Exit 0; a bad base, chip or
@@ -37,6 +39,7 @@ EPILOG = """examples:
   deltachip compile examples/counter/counter.hdl -o build/counter
   deltachip merge ~/models/qwen3.5-text build/merged --chip build/counter
   deltachip merge ~/models/qwen3.5-text build/merged-calc --firmware calc
+  deltachip merge ~/models/qwen3.5-text build/merged-py --firmware calc --firmware python
   deltachip run calc.elf --engine hf --model build/merged-calc --input '2**100'
 
   then, in Python:
@@ -64,10 +67,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--chip", metavar="CHIP_DIR",
                       help="a directory written by `deltachip compile`")
-    what.add_argument("--firmware", metavar="PROG",
+    what.add_argument("--firmware", metavar="PROG", action="append",
                       help="the RISC-V core (cpu/rv32) as the chip, compiled for the base's "
                            "shapes (or taken from the core cache), with this program's memory "
-                           "images: a shipped program's name (calc, hello, ...) or an ELF")
+                           "images: a shipped program's name (calc, python (MicroPython), "
+                           "hello, ...) or an ELF. Give it more than once for one tool per "
+                           "program (--firmware calc --firmware python): a call runs on the "
+                           "program whose tool it names")
     p.add_argument("--target", default=None, metavar="T",
                    help="--firmware: the target the core is compiled for (default: "
                         "qwen3.5-4b for a base of Qwen3.5-4B's shapes, else the base's "
@@ -117,24 +123,26 @@ def merge_command(args: argparse.Namespace) -> int:
     if args.firmware is not None:
         from backends.merge.base import read_base
         from backends.merge.bridge import text_vocabulary
-        from cpu.rv32.merged import core_for, core_target, load_firmware
+        from cpu.rv32.merged import core_for, core_target, load_firmwares
         from backends.target import get_target
         from backends.rules import VocabularyError
         base = read_base(args.base)
         target = args.target or core_target(base.config, Path(args.base) / "config.json")
         get_target(target)
-        firmware = load_firmware(args.firmware)
+        firmware = load_firmwares(args.firmware)
         # the routed layout's core reads a tool call's text tokens (the base's vocabulary
         # in its table ROMs); the stock layout's reads bytes
         text = text_vocabulary(base) if args.layout != "stock" else None
         try:
-            chip = core_for(firmware, target, args.dtype or "bf16", progress=say,
+            chip = core_for(firmware[0], target, args.dtype or "bf16", progress=say,
                             approve=lambda em: _room_for_merge(Path(args.output), base, em),
                             text=text)
         except VocabularyError as e:
             if args.dtype != "fp32":
                 raise
             raise UserError(fp32_refused(e, target, args.layout)) from None
+        for fw in firmware[1:]:             # one core: the same sizes, text ids and entry
+            fw.sizes, fw.core = firmware[0].sizes, firmware[0].core
     if args.layout == "stock":
         from backends.merge.stock import merge_stock
         r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,

@@ -5,6 +5,8 @@ Default run: the whole set on the golden emulator (``ref``); ``print(2**100)`` o
 engine (the compiled core, compact shapes) with ref's exact output, exit code and
 instruction count; the shortest program on the circuit simulator (``sim``). Errors: an uncaught exception exits 1 with MicroPython's traceback on the UART,
 ``sys.exit(n)`` exits n, a runaway loop ends at the step budget with the run's message.
+Tool calls (an empty input buffer: the python tool's calls read from the UART, on ref):
+JSON, XML and plain calls sharing one interpreter, a call as text tokens, every error line.
 Slow: three more programs on fast (up to 0.9 M instructions each). The build itself is checked from a clean cache folder
 (``DELTACHIP_CACHE`` pointed at a new one) in the slow set.
 """
@@ -318,9 +320,81 @@ def test_memory_error_when_the_heap_is_full(mp_elf):
     assert (r.exit_code, r.output) == (0, b"no room\n")
 
 
+def test_heap_size_as_documented(mp_elf):
+    """docs/firmware.md, "MicroPython": the GC heap is the 18,304 bytes of RAM left."""
+    r = run_ref(mp_elf, "import micropython\nmicropython.mem_info()\n")
+    assert r.exit_code == 0 and b"GC: total: 18304," in r.output, r.output
+
+
 def test_empty_program(mp_elf):
     r = run_ref(mp_elf, "")
     assert (r.exit_code, r.output, r.fault) == (0, b"", None)
+
+
+# ---- tool calls (the python tool of a merged model; tests/merge/test_python_tool.py) ----
+
+def serve(elf: Path, *calls: bytes, text: list[bytes] | None = None):
+    """A run with an empty input buffer serving ``calls`` from the UART (each ended by a
+    0 byte), or one call as text tokens (``text``)."""
+    m = Machine.from_elf(elf)
+    m.rx = b"".join(c + b"\0" for c in calls)
+    if text is not None:
+        m.text = text
+    return m.run(MAX_STEPS)
+
+
+def test_tool_calls_share_one_interpreter(mp_elf):
+    """JSON, XML and plain calls in one run: each call's code runs in the module of the calls
+    before it (names, functions, classes and imports stay), its output is what it prints;
+    an exception's traceback is a call's answer and the next call goes on; JSON escapes
+    (\\n, \\", \\u with surrogate pairs) are decoded; the run ends at an empty call, exit 0."""
+    import json
+    calls = [json.dumps({"name": "python", "arguments": {"code": "import math\nx = 7\n"
+                         "def sq(n):\n    return n * n\nprint('a\"b', '\u00e9\u20ac\U0001F600')"}}),
+             "<function=python>\n<parameter=code>\nprint(sq(x), math.factorial(x) < 2**x)\n"
+             "</parameter>\n</function>",
+             '{"arguments": {"code": "y = x / 0"}, "name": "python"}',
+             "print(x, 'y' in globals())"]
+    r = serve(mp_elf, *(c.encode() for c in calls))
+    assert (r.exit_code, r.fault) == (0, None)
+    assert r.output.decode() == (
+        'a"b \u00e9\u20ac\U0001F600\n49 False\nTraceback (most recent call last):\n'
+        '  File "<stdin>", line 1, in <module>\nZeroDivisionError: divide by zero\n7 False\n')
+
+
+def test_a_call_as_text_tokens(mp_elf):
+    r = serve(mp_elf, text=[b'{"name": "python", "arguments":', b' {"code": "print(6', b'*7)"}}'])
+    assert (r.exit_code, r.output) == (0, b"42\n")
+
+
+MALFORMED = [
+    ('{"name": "calc", "arguments": {"expression": "1"}}',
+     'error: unknown tool "calc" (this computer has python)'),
+    ('{"arguments": {"code": "1"}}', 'error: the call names no tool ("name": "python")'),
+    ('{"name": "python"}', 'error: the call has no "arguments": {"code": "..."}'),
+    ('{"name": "python", "arguments": {"cod": "1"}}', "error: the call gives no code"),
+    ('{"name": "python", "arguments": {"code": "\\q"}}',
+     "error: the call is not JSON: a bad escape"),
+    ('{"name": "python", "arguments": {"code": "1"}} x',
+     "error: the call is not JSON: text after the object"),
+    ("<function=python>\n<parameter=cod>\n1\n</parameter>\n</function>",
+     'error: unknown parameter "cod" for python (it takes "code")'),
+    ("<function=python>\n<parameter=code>\n1\n</function>",
+     "error: the call is malformed: a <parameter=...> has no </parameter>"),
+    ("<function=python>\n<parameter=code>\n1\n</parameter>",
+     "error: the call is malformed: </function> is missing"),
+    ("x" * 1024, "error: the call is longer than 1023 bytes"),
+]
+
+
+def test_a_malformed_call_is_answered_with_an_error(mp_elf):
+    """A call that is not one gets one error line (golden), and the next call still runs:
+    all of them, each followed by a good call, in one run."""
+    calls = [c for call, _ in MALFORMED for c in (call.encode(), b"print(1)")]
+    r = serve(mp_elf, *calls)
+    assert (r.exit_code, r.fault) == (0, None)
+    assert r.output.decode().split("\n")[:-1] == [x for _, want in MALFORMED
+                                                  for x in (want, "1")]
 
 
 def test_cli_input_and_stdin(mp_elf, capsys):
