@@ -99,7 +99,8 @@ def build_command(args: argparse.Namespace) -> int:
         return _build_program(args)
     sources = _resolve_sources(args.sources)
     from common.clobber import refuse_inputs_as_outputs
-    refuse_inputs_as_outputs([("-o", args.output)], [("a source file", s) for s in sources])
+    refuse_inputs_as_outputs([("-o", args.output)],
+                             [("a source file", s) for s in sources if Path(s).is_file()])
     out = toolchain.build(sources, args.output, opt=f"-O{args.opt}", compiler=args.compiler,
                           defines=args.defines, include_dirs=args.include_dirs,
                           cflags=args.cflags, libc=args.libc,
