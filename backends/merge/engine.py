@@ -43,12 +43,45 @@ from backends.merge.stock_chip import REMERGE, stock_dims
 
 def load_error(d: Path, e: BaseException) -> ChipDirError:
     """What to say when transformers fails to load merged checkpoint ``d`` (its config, its
-    modeling file, its weights or its tokenizer) with ``e``: the first line of the error."""
+    modeling file, its weights or its tokenizer) with ``e``: the first line of the error,
+    said of the file that failed where the traceback shows it (:func:`failed_file`)."""
     text = str(e).strip()
     first = text.splitlines()[0] if text else ""
     what = f"{e.__class__.__name__}: {first}" if first else e.__class__.__name__
-    return ChipDirError(f"{d}: transformers cannot load the merged checkpoint ({what[:300]}): "
-                        f"merge it again")
+    culprit = failed_file(e)
+    where = d / culprit if culprit else d
+    return ChipDirError(f"{where}: transformers cannot load the merged checkpoint "
+                        f"({what[:300]}): merge it again")
+
+
+#: where in transformers (a part of its module's file name) a load failed -> the merged
+#: checkpoint's file read there
+_STAGES = (("dynamic_module_utils", MODELING), ("tokenization_", "tokenizer_config.json"),
+           ("configuration_", "config.json"))
+
+
+def failed_file(e: BaseException) -> str | None:
+    """The merged checkpoint's file that ``e`` failed on, read from its traceback (the
+    innermost frame that tells): the modeling file when its own code raised or would not
+    compile, the tokenizer's config, the model's config; None when no frame tells."""
+    if isinstance(e, SyntaxError):          # the only Python source a load compiles
+        return MODELING
+    for f in reversed(_frames(e)):
+        if f.endswith(MODELING):
+            return MODELING
+        for part, name in _STAGES:
+            if part in Path(f).name:
+                return name
+    return None
+
+
+def _frames(e: BaseException) -> list[str]:
+    """The file names of ``e``'s traceback, outermost first."""
+    out, tb = [], e.__traceback__
+    while tb is not None:
+        out.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    return out
 
 
 class ChipIds:

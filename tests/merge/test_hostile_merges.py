@@ -399,8 +399,41 @@ def test_a_modeling_file_that_fails_to_load_is_named(merged, tmp_path, raised, s
     d = _rerecorded(merged("tied", "counter"), tmp_path / "m", "modeling_deltachip.py", broken)
     with pytest.raises(ChipDirError) as e:
         MergedEngine(d)
-    assert str(e.value) == (f"{d}: transformers cannot load the merged checkpoint ({said}): "
-                            f"merge it again")
+    assert str(e.value) == (f"{d / 'modeling_deltachip.py'}: transformers cannot load the "
+                            f"merged checkpoint ({said}): merge it again")
+
+
+@pytest.mark.parametrize("rel, edit, said", [
+    ("tokenizer_config.json", _set(eos_token=5), "TypeError: Special token eos_token has to be "
+     "either str or AddedToken but got: <class 'int'>"),
+    ("tokenizer_config.json", _set(added_tokens_decoder=[]),
+     "AttributeError: 'list' object has no attribute 'items'"),
+    ("modeling_deltachip.py", lambda p: p.write_text("def (:\n"),
+     "SyntaxError: invalid syntax (<unknown>, line 1)"),
+])
+def test_a_load_error_names_the_file_transformers_failed_on(merged, tmp_path, rel, edit,
+                                                            said):
+    """A merged file damaged past its digest (re-recorded) that transformers refuses while
+    loading the tokenizer or the model: the error names that file (class 7), as chat
+    says it."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from backends.merge.engine import load_error
+    d = _rerecorded(merged("tied", "counter"), tmp_path / "m", rel, edit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if rel.startswith("tokenizer"):
+                AutoTokenizer.from_pretrained(str(d), trust_remote_code=False)
+            else:
+                AutoModelForCausalLM.from_pretrained(str(d), trust_remote_code=True)
+        except Exception as e:
+            err = load_error(d, e)
+        else:
+            raise AssertionError("transformers loaded it")
+    assert str(err) == (f"{d / rel}: transformers cannot load the merged checkpoint ({said}): "
+                        f"merge it again")
 
 
 def test_a_merged_model_s_files_are_checked_before_run_model(merged, tmp_path):
