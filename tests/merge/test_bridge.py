@@ -1,5 +1,7 @@
 """Tool calls answered from inside a routed merged checkpoint (the bridge): plain
-``generate()`` on a tiny random base merged with the full core (compact target) and calc.
+``generate()`` on a tiny random base carrying Qwen3.5's real tokenizer and chat template
+(``qwen_bases``, the core compiled for its vocabulary, shared with test_bridge_qwen.py)
+merged with the full core (compact target) and calc.
 
 The base's words are noise, so the tests feed the tool call's tokens (or put them at the end
 of the prompt) and check the answer's bytes exactly: calc's output for the call, inside
@@ -22,8 +24,9 @@ PROMPT = "<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
-def merged_calc(bases, calc_elf, tmp_path_factory):
-    return merge_calc(bases["tied"], tmp_path_factory.mktemp("merged-calc") / "out", calc_elf)
+def merged_calc(qwen_bases, calc_elf, tmp_path_factory):
+    return merge_calc(qwen_bases["tied"], tmp_path_factory.mktemp("merged-calc") / "out",
+                      calc_elf)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def ref_answer(calc_elf, text: str) -> str:
     return out[:-1] if out.endswith("\n") else out
 
 
-#: the tool turn of a base whose template renders none (the toy base's): Qwen's form
+#: the tool turn as Qwen3.5's chat template renders a tool result (without thinking)
 TURN_OPEN = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
 TURN_CLOSE = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
 
@@ -225,8 +228,8 @@ def test_a_runaway_call_is_stopped_by_the_step_budget(model, tok):
     assert not cache.calls[0].log[0]["ended"]
 
 
-def test_text_without_calls_is_the_bases(bases, model, tok):
-    base = load(bases["tied"], torch.bfloat16, remote=False)
+def test_text_without_calls_is_the_bases(qwen_bases, model, tok):
+    base = load(qwen_bases["tied"], torch.bfloat16, remote=False)
     ids = tok(PROMPT + "the quick brown fox <tool_response> x", return_tensors="pt").input_ids
     with torch.no_grad():
         lm, lb = model(input_ids=ids).logits, base(input_ids=ids).logits
