@@ -593,3 +593,36 @@ def test_merge_firmware_fp32_whose_tables_cannot_fit_names_the_dtype(bases, tmp_
     assert main(argv) == 2
     assert "narrow it" in capfd.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_fast_engine_s_file_check(merged, tmp_path):
+    """`run --model --engine fast` checks every recorded file of the merged model by kind
+    and size, and the digests of the files it reads (FAST_READS): a file it never opens
+    (the merged program's ROM images, the tokenizer) deleted or truncated is named; one
+    changed in place is not its concern; one it reads changed in place is named."""
+    from backends.merge.engine import FAST_READS, check_files, read_manifest
+    src = merged("tied", "counter")
+
+    def damaged(name, rel, edit):
+        d = _copy(src, tmp_path / name)
+        edit(d / rel)
+        return d
+    d = damaged("gone", "tokenizer.json", Path.unlink)
+    with pytest.raises(ChipDirError) as e:
+        check_files(d, read_manifest(d), FAST_READS)
+    assert str(e.value) == f"{d}: tokenizer.json: no such file or directory: merge it again"
+
+    def flip(p: Path):
+        b = bytearray(p.read_bytes())
+        b[len(b) // 2] ^= 1
+        p.unlink()
+        p.write_bytes(bytes(b))
+    d = damaged("flipped-tok", "tokenizer.json", flip)
+    check_files(d, read_manifest(d), FAST_READS)
+    with pytest.raises(ChipDirError, match="tokenizer.json is not the file the merge wrote"):
+        check_files(d, read_manifest(d))
+    d = damaged("flipped-chip", "deltachip/chip.json", flip)
+    with pytest.raises(ChipDirError) as e:
+        check_files(d, read_manifest(d), FAST_READS)
+    assert str(e.value) == (f"{d}: deltachip/chip.json is not the file the merge wrote (its "
+                            f"sha256 differs): merge it again")
