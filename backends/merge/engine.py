@@ -384,6 +384,27 @@ FAST_READS = frozenset({MANIFEST, "config.json", "deltachip/chip.json",
                         "model.safetensors.index.json"})
 
 
+#: the circuit name of the RISC-V core (cpu/rv32/core.hdl), as a merge manifest records it
+CORE_CIRCUIT = "Rv32"
+
+
+def core_manifest(d: Path, fast: bool) -> dict[str, Any]:
+    """The manifest of merged checkpoint ``d`` for ``run --model``: its chip must be the
+    RISC-V core (a merge of ``--firmware``), else ChipDirError saying so; on the fast
+    engine its files are checked too (:func:`check_files` with :data:`FAST_READS`; the hf
+    engine checks them all itself)."""
+    manifest = read_manifest(d)
+    chip = manifest.get("chip")
+    name = chip.get("name") if isinstance(chip, dict) else None
+    if name != CORE_CIRCUIT:
+        raise ChipDirError(f"{d}: its chip is {name if isinstance(name, str) else '?'}, not "
+                           f"the RISC-V core (cpu/rv32): --model takes a model merged with "
+                           f"`deltachip merge BASE_DIR OUT_DIR --firmware PROG`")
+    if fast:
+        check_files(d, manifest, FAST_READS)
+    return manifest
+
+
 def check_files(d: Path, manifest: dict[str, Any],
                 digests: frozenset[str] | None = None) -> None:
     """ChipDirError naming the first file of merged checkpoint ``d`` that is missing, not a

@@ -645,10 +645,8 @@ class InputStreams:
         from cpu.emulator import check_input
         self.sizes = FULL
         if model is not None:
-            from backends.merge.engine import FAST_READS, check_files, read_manifest
-            manifest = read_manifest(Path(model))
-            if engine == "fast":            # (hf's engine checks every file itself)
-                check_files(Path(model), manifest, FAST_READS)
+            from backends.merge.engine import core_manifest
+            manifest = core_manifest(Path(model), fast=engine == "fast")
             self.sizes, target = core_sizes(manifest), "merged"
             dtype = dtype or manifest.get("dtype")
         elf = read_elf(path)
@@ -707,11 +705,9 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
     core inside the merged checkpoint DIR (either layout) instead (:class:`MergedCore`; the core's
     sizes and dtype are the merge's)."""
     if model is not None:
-        from backends.merge.engine import FAST_READS, check_files, read_manifest
-        manifest = read_manifest(Path(model))
+        from backends.merge.engine import core_manifest
         fast = issubclass(engine, FastCore)
-        if fast:                            # (hf's engine checks every file itself)
-            check_files(Path(model), manifest, FAST_READS)
+        manifest = core_manifest(Path(model), fast)
         sizes = core_sizes(manifest)
         core = MergedFastCore if fast else MergedCore
         return core(load_program(path, input_text, sizes), sizes, target="merged",

@@ -626,3 +626,17 @@ def test_the_fast_engine_s_file_check(merged, tmp_path):
         check_files(d, read_manifest(d), FAST_READS)
     assert str(e.value) == (f"{d}: deltachip/chip.json is not the file the merge wrote (its "
                             f"sha256 differs): merge it again")
+
+
+@pytest.mark.parametrize("engine", ["fast", "hf"])
+def test_run_model_on_a_merge_of_another_chip(merged, tmp_path, capfd, engine):
+    """`run --model` on a model merged with --chip (not the core): named, never a
+    traceback from the core's token protocol (class 4)."""
+    from deltachip.cli import main
+    from firmware import toolchain
+    elf = toolchain.build(toolchain.shipped_programs()["calc"], tmp_path / "calc.elf")
+    d = merged("tied", "counter")
+    assert main(["run", str(elf), "--engine", engine, "--model", str(d), "--input", "1"]) == 2
+    assert capfd.readouterr().err.strip().splitlines()[-1] == (
+        f"{d}: its chip is Counter, not the RISC-V core (cpu/rv32): --model takes a model "
+        f"merged with `deltachip merge BASE_DIR OUT_DIR --firmware PROG`")
