@@ -115,12 +115,14 @@ class Loader:
         return ctx
 
     def _find(self, imp: ast.Import, folder: Path) -> Path | None:
+        """The file ``imp`` names: one that exists, whatever it is (a directory, a device or
+        a FIFO there is read, and refused as what it is, not reported missing)."""
         if imp.is_path:
             p = folder / imp.target
-            return p if p.is_file() else None
+            return p if p.exists() else None
         for base in (folder, STDLIB_DIR):
             p = base / f"{imp.target}.hdl"
-            if p.is_file():
+            if p.exists():
                 return p
         return None
 
