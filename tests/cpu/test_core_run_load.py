@@ -209,7 +209,11 @@ def test_a_fast_run_keeps_chip_json_in_its_entry_and_elaborates_nothing(checkpoi
     assert (got.exit_code, got.output, got.instructions) == (want.exit_code, want.output,
                                                              want.instructions)
     monkeypatch.undo()
-    assert core.circuit.kinds == core.hf.circuit.kinds          # the same tokens, elaborated
+    # the same tokens as elaborated (a source location names the checkout that compiled the
+    # cached core, which another checkout sharing the cache may have done)
+    def tokens(c):
+        return [(k.name, k.fields, k.halt) for k in c.kinds]
+    assert tokens(core.circuit) == tokens(core.hf.circuit)
 
 
 def test_a_fast_run_imports_no_heavy_module(checkpoint, firmware_elf):

@@ -122,15 +122,26 @@ def calc_elf(tmp_path_factory):
     return toolchain.build(toolchain.shipped_programs()["calc"], d / "calc.elf")
 
 
-def merge_calc(base: Path, out: Path, elf: Path) -> Path:
-    """The routed merge of the core with ``elf`` into ``base`` at ``out``, the core compiled
-    for the base's vocabulary (it reads a call's text tokens), as `deltachip merge
-    --firmware` compiles it."""
-    from backends.merge.base import read_base
-    from backends.merge.bridge import text_vocabulary
-    from backends.merge.routed import merge_routed
-    from cpu.rv32.merged import core_for, load_firmware
-    fw = load_firmware(str(elf))
-    core = core_for(fw, "compact", "bf16", text=text_vocabulary(read_base(base)))
-    merge_routed(base, out, core, firmware=fw)
+@pytest.fixture(scope="session")
+def merged_tools(qwen_bases, calc_elf, tmp_path_factory, worker_id) -> Path:
+    """``deltachip merge BASE OUT --firmware calc --firmware python`` of ``qwen_bases['tied']``
+    (routed, the compact core compiled for the base's vocabulary; calc is program 0, the one
+    the calc tests also drive token by token, python program 1): the model test_bridge.py, test_bridge_qwen.py and test_python_tool.py all
+    call. Built once a test run: under pytest-xdist every worker looks for it in the run's
+    shared temporary folder, the first builds it there under a lock (the merge writes a
+    temporary folder and renames it into place, so a folder there is whole) and the others
+    wait for it; its bases and calc are built alike in every worker (fixed seeds, the same
+    sources), so each worker's references are the merged ones."""
+    from common.cachedir import entry_lock
+    from deltachip.cli import main
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent                  # pytest-N/, shared by the run's workers
+    home = root / "merged-tools"
+    home.mkdir(exist_ok=True)
+    out = home / "out"
+    with entry_lock(out):
+        if not out.is_dir():
+            assert main(["merge", str(qwen_bases["tied"]), str(out), "--firmware",
+                         str(calc_elf), "--firmware", "python", "--target", "compact"]) == 0
     return out

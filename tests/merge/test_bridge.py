@@ -1,7 +1,8 @@
 """Tool calls answered from inside a routed merged checkpoint (the bridge): plain
 ``generate()`` on a tiny random base carrying Qwen3.5's real tokenizer and chat template
-(``qwen_bases``, the core compiled for its vocabulary, shared with test_bridge_qwen.py)
-merged with the full core (compact target) and calc.
+merged with the full core (compact target), python and calc (``merged_tools``: one merge a
+test run, shared with test_bridge_qwen.py and test_python_tool.py); the calls here are
+calc's.
 
 The base's words are noise, so the tests feed the tool call's tokens (or put them at the end
 of the prompt) and check the answer's bytes exactly: calc's output for the call, inside
@@ -18,15 +19,14 @@ import pytest
 import torch
 
 from cpu.emulator import Machine
-from tests.merge.conftest import load, merge_calc
+from tests.merge.conftest import load
 
 PROMPT = "<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
-def merged_calc(qwen_bases, calc_elf, tmp_path_factory):
-    return merge_calc(qwen_bases["tied"], tmp_path_factory.mktemp("merged-calc") / "out",
-                      calc_elf)
+def merged_calc(merged_tools):
+    return merged_tools
 
 
 @pytest.fixture(scope="module")
@@ -197,8 +197,8 @@ def test_beam_search_answers_the_call(model, tok):
 
 
 @pytest.mark.parametrize("call,want", [
-    ('{"name": "python", "arguments": {"code": "1"}}',
-     'error: unknown tool "python" (this computer has calc)'),
+    ('{"name": "ruby", "arguments": {"code": "1"}}',        # to the first program, calc
+     'error: unknown tool "ruby" (this computer has calc)'),
     ('{"name": "calc", "arguments": ', "error: the call is not JSON: a value was expected"),
     ('{"name": "calc", "arguments": {"expression": "1+"}}',
      "error: syntax error at column 3: expected a number, '(' or gcd, found end of line"),

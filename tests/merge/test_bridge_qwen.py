@@ -18,13 +18,12 @@ import torch
 
 from cpu.emulator import Machine
 from deltachip.chat import CALC_TOOL
-from tests.merge.conftest import load, merge_calc
+from tests.merge.conftest import load
 
 
 @pytest.fixture(scope="module")
-def merged(qwen_bases, calc_elf, tmp_path_factory):
-    return merge_calc(qwen_bases["tied"], tmp_path_factory.mktemp("merged-qwen-calc") / "out",
-                      calc_elf)
+def merged(merged_tools):
+    return merged_tools
 
 
 @pytest.fixture(scope="module")

@@ -34,14 +34,11 @@ def mp_elf():
 
 
 @pytest.fixture(scope="module")
-def routed(qwen_bases, tmp_path_factory, mp_elf, calc_elf):
-    """``deltachip merge BASE OUT --firmware python --firmware calc`` (routed, compact core
-    for the base's vocabulary): python is program 0, calc program 1."""
-    from deltachip.cli import main
-    out = tmp_path_factory.mktemp("merged-python") / "out"
-    assert main(["merge", str(qwen_bases["tied"]), str(out), "--firmware", "python",
-                 "--firmware", str(calc_elf), "--target", "compact"]) == 0
-    return out
+def routed(merged_tools):
+    """``deltachip merge BASE OUT --firmware calc --firmware python`` (routed, compact core
+    for the base's vocabulary): calc is program 0, python program 1 (tests/merge/conftest.py,
+    shared with the calc tests)."""
+    return merged_tools
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +127,7 @@ def test_a_traceback_is_the_answer(model, tok, mp_elf):
 def test_calls_share_one_interpreter_and_route_by_name(model, tok, mp_elf, calc_elf):
     """One conversation (one cache), five calls with text between them: python binds names
     that its later calls read (one interpreter, parked between calls); calc's calls go to
-    calc (program 1, parked on its own); an empty call ends nothing of python's state."""
+    calc (program 0, parked on its own); an empty call ends nothing of python's state."""
     cache = model.new_cache()
 
     def run(text: str) -> str:
@@ -166,7 +163,7 @@ def test_a_fresh_conversation_starts_a_fresh_interpreter(model, tok):
 @pytest.mark.slow
 @pytest.mark.parametrize("call,want", [
     ('{"name": "ruby", "arguments": {"code": "1"}}',
-     'error: unknown tool "ruby" (this computer has python)'),
+     'error: unknown tool "ruby" (this computer has calc)'),
     ('{"name": "python", "arguments": {"source": "1"}}', "error: the call gives no code"),
     ("<function=python>\n<parameter=src>\n1\n</parameter>\n</function>",
      'error: unknown parameter "src" for python (it takes "code")'),
@@ -180,13 +177,13 @@ def test_malformed_calls_get_an_error_answer(model, tok, call, want):
 def test_manifest_and_config_name_both_programs(routed, mp_elf):
     import hashlib
     m = json.loads((routed / "deltachip.json").read_text())
-    assert m["firmware"]["name"] == "micropython" and m["firmware"]["sha256"] == \
+    assert m["firmware"]["tool"]["function"]["name"] == "calc"
+    (py,) = m["programs"]
+    assert py["name"] == "micropython" and py["sha256"] == \
         hashlib.sha256(mp_elf.read_bytes()).hexdigest()
-    assert m["firmware"]["tool"]["function"]["name"] == "python"
-    (calc,) = m["programs"]
-    assert calc["tool"]["function"]["name"] == "calc" and set(calc["roms"]) >= {"code"}
+    assert py["tool"]["function"]["name"] == "python" and set(py["roms"]) >= {"code"}
     cfg = json.loads((routed / "config.json").read_text())
-    assert cfg["chip_programs"] == 2 and cfg["chip_bridge"]["tools"] == ["python", "calc"]
+    assert cfg["chip_programs"] == 2 and cfg["chip_bridge"]["tools"] == ["calc", "python"]
 
 
 @pytest.mark.slow
