@@ -2,16 +2,21 @@
 
 The port is the project's own (this folder: ``mpconfigport.h``, ``mphalport.h``,
 ``qstrdefsport.h``, ``main.c``); MicroPython's ``py/`` core and ``shared/runtime/gchelper_generic.c``
-come from the release. No make: this script does what MicroPython's ``py/mkrules.mk`` does,
-running MicroPython's own generators with ``sys.executable``:
+come from the release, with the port's speed edits to ``py/parse.c``, ``py/lexer.c`` and
+``py/qstr.c`` applied (``patches.py``: the same language and results, fewer instructions).
+No make: this script does what MicroPython's ``py/mkrules.mk`` does, running MicroPython's own
+generators with ``sys.executable``:
 
-1. ``genhdr/mpversion.h`` (``py/makeversionhdr.py``, tag and commit given, no git);
+1. ``genhdr/mpversion.h`` (``py/makeversionhdr.py``, tag and commit given, no git), and the
+   port's ``genhdr/parse_first.h`` (each grammar rule's FIRST set, from ``py/grammar.h``
+   preprocessed with the port's config: :func:`patches.parse_first_header`);
 2. the sources preprocessed with ``-DNO_QSTR`` (``py/makeqstrdefs.py pp``, zig cc ``-E``),
    then ``split``/``cat`` into the collected qstrs, modules and root pointers;
 3. ``genhdr/qstrdefs.generated.h`` (``py/makeqstrdata.py`` on ``py/qstrdefs.h`` + the port's
    + the collected qstrs, put through the preprocessor with the port's flags),
    ``genhdr/moduledefs.h`` (``py/makemoduledefs.py``), ``genhdr/root_pointers.h``
-   (``py/make_root_pointers.py``);
+   (``py/make_root_pointers.py``), the port's ``genhdr/qstr_static_order.h``
+   (:func:`patches.qstr_static_order_header`);
 4. every source compiled with zig cc (RV32IM + Zba, ilp32, soft float: the toolchain's flags,
    picolibc's headers) into ``libmicropython.a``, ``DELTACHIP_JOBS`` at a time;
 5. ``main.c`` linked with it and the C SDK (picolibc, libm) by :func:`firmware.toolchain.build`.
@@ -44,6 +49,7 @@ from pathlib import Path
 
 from common.errors import UserError
 from firmware import toolchain
+from firmware.micropython import patches
 from firmware.sdk import picolibc
 
 VERSION = "1.28.0"
@@ -54,11 +60,12 @@ UPSTREAM_URL = f"https://github.com/micropython/micropython/archive/refs/tags/{U
 VENDOR_SHA256 = "4c84fd91eb8a16cb96cc23bf1bf1f4293e4fa006807e59171743613d6904ea3c"
 TARBALL_NAME = f"micropython-{VERSION}.tar.gz"
 #: bump when the build below changes in a way that changes the ELF
-BUILD_REVISION = 1
+BUILD_REVISION = 2
 
 PORT_DIR = Path(__file__).resolve().parent
-#: the port's files: all of them go into the digest; main.c is linked by the toolchain
-PORT_FILES = ("mpconfigport.h", "mphalport.h", "qstrdefsport.h", "main.c")
+#: the port's files: all of them go into the digest; main.c is linked by the toolchain;
+#: patches.py edits the release's py/ sources
+PORT_FILES = ("mpconfigport.h", "mphalport.h", "qstrdefsport.h", "main.c", "patches.py")
 #: MicroPython sources besides py/*.c (the register-scanning GC helper, in C)
 SHARED_SOURCES = ("shared/runtime/gchelper_generic.c",)
 #: the core is compiled for size (at -O2 its code overflows the 256 KiB code ROM by 19 KiB),
@@ -137,6 +144,7 @@ def _build(src: Path, work: Path, libc_dir: Path) -> None:
     _log(f"building MicroPython {VERSION} for rv32im (ilp32, soft float) from {src} into the "
          "cache (once; a few minutes)")
     root = SOURCE.unpack(src, work / "src")
+    patches.apply(root, MicroPythonError)
     out = work / "out"
     gen = out / "genhdr"
     gen.mkdir(parents=True)
@@ -152,6 +160,9 @@ def _build(src: Path, work: Path, libc_dir: Path) -> None:
     env = {**os.environ, "MICROPY_GIT_TAG": UPSTREAM_TAG, "MICROPY_GIT_HASH": UPSTREAM_COMMIT[:10]}
     _run([*py, str(root / "py" / "makeversionhdr.py"), str(gen / "mpversion.h")],
          "makeversionhdr.py", env=env)
+    probe = _run([*cc, *cflags, "-DNO_QSTR", "-E", "-x", "c", "-"], "preprocessing py/grammar.h",
+                 input=patches.GRAMMAR_PROBE, text=True).stdout
+    (gen / "parse_first.h").write_text(patches.parse_first_header(probe))
     # 2. qstrs, modules and root pointers found in the preprocessed sources (one zig cc -E
     #    per file, as makeqstrdefs.py pp would run it: zig cc with several files at once
     #    calls clang without zig's own headers), split and collected by makeqstrdefs.py
@@ -182,6 +193,8 @@ def _build(src: Path, work: Path, libc_dir: Path) -> None:
                                 ("make_root_pointers.py", "root_pointer.collected", "root_pointers.h")):
         p = _run([*py, str(root / "py" / script), str(gen / arg)], script, text=True)
         (gen / header).write_text(p.stdout)
+    (gen / "qstr_static_order.h").write_text(
+        patches.qstr_static_order_header((gen / "qstrdefs.generated.h").read_text()))
     # 4. the core, compiled into libmicropython.a
     objdir = work / "obj"
     objdir.mkdir()

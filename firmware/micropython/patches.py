@@ -1,0 +1,300 @@
+"""The port's changes to MicroPython's ``py/`` sources, for speed (same language, same results).
+
+Applied by ``build.py`` to the unpacked release before anything is generated or compiled;
+each edit replaces text that must occur exactly once in its file (a release whose text
+differs fails the build, naming the edit). Two headers the edits include are generated here:
+``genhdr/parse_first.h`` (:func:`parse_first_header`) and ``genhdr/qstr_static_order.h``
+(:func:`qstr_static_order_header`).
+
+Why (``benchmarks/micropython_profile.py`` on the golden emulator; docs/firmware.md "Speed"):
+
+* **parse.c, FIRST sets**: MicroPython's parser is a table-driven recursive-descent machine
+  that tries every alternative by pushing its rule and popping it again when its first token
+  does not match: an expression walks about 15 precedence levels, and each level's optional
+  parts (trailers, ``**``, ``if``-``else``, comparison and arithmetic operators, ``lambda``,
+  ``not``, unary signs, ``await``) are entered and failed one by one. Each rule that can only
+  begin with a token from a known set (its FIRST set: every rule of the grammar except one
+  that begins with an optional part) gets that set as a bitmap; a rule whose set does not hold
+  the current token is not entered, and the parser goes on exactly as it would after that
+  rule had failed without consuming a token (the next alternative, an empty optional node, the
+  end of a list, or the same backtrack). The parse tree, the errors and their lines are
+  unchanged.
+* **parse.c, the node chunk**: parse nodes go into a chunk (``MICROPY_ALLOC_PARSE_CHUNK_INIT``
+  bytes) that, once full, was grown in place by each node's few bytes, and ``gc_realloc``
+  walks the whole chunk's blocks on each growth (quadratic in the tree's size); it now grows
+  by at least 256 bytes at a time (the exact size when that does not fit in place), and is
+  still cut to what it holds at the end.
+* **lexer.c, keywords**: each name was compared with the sorted keyword table one keyword at
+  a time (up to 35 ``strcmp`` a name); it is now a binary search (6).
+* **qstr.c, the static pool**: looking up a string that is not in the sorted pool of
+  interned strings ended in a linear scan of the unsorted first pool (216 strings, whose order
+  is fixed for ``.mpy`` compatibility): every new name in a program paid it. The pool's
+  order (the qstr numbers) is unchanged; a sorted index of it, generated from
+  ``qstrdefs.generated.h``, is binary-searched instead.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+
+class Edit(NamedTuple):
+    path: str       # under the source root
+    old: str        # must occur exactly once
+    new: str
+
+
+EDITS: tuple[Edit, ...] = (
+    # ---- parse.c: FIRST-set pruning ------------------------------------------------
+    Edit("py/parse.c", """static void push_rule(parser_t *parser, size_t src_line, uint8_t rule_id, size_t arg_i) {""",
+         """// deltachip: the tokens each rule can begin with (genhdr/parse_first.h, generated from
+// py/grammar.h by the port's build): a rule whose set lacks the current token fails at
+// once, without consuming a token, so it is not entered
+#include "genhdr/parse_first.h"
+
+static inline bool rule_may_start(const parser_t *parser, size_t arg) {
+    const uint32_t *set = rule_first_table[arg & RULE_ARG_ARG_MASK];
+    size_t tok = parser->lexer->tok_kind;
+    return (set[tok >> 5] >> (tok & 31)) & 1;
+}
+
+static void push_rule(parser_t *parser, size_t src_line, uint8_t rule_id, size_t arg_i) {"""),
+    # or-rule: an alternative that cannot start here is skipped (as if it had failed)
+    Edit("py/parse.c", """                        assert(kind == RULE_ARG_RULE);
+                        if (i + 1 < n) {""",
+         """                        assert(kind == RULE_ARG_RULE);
+                        if (!rule_may_start(&parser, rule_arg[i])) {
+                            continue;
+                        }
+                        if (i + 1 < n) {"""),
+    # and-rule: an optional part that cannot start here is an empty node; a mandatory one
+    # fails the rule (a backtrack before any token was eaten, else a syntax error)
+    Edit("py/parse.c", """                    } else {
+                        push_rule(&parser, rule_src_line, rule_id, i + 1); // save this and-rule""",
+         """                    } else if (!rule_may_start(&parser, rule_arg[i])) {
+                        if ((rule_arg[i] & RULE_ARG_KIND_MASK) == RULE_ARG_OPT_RULE) {
+                            push_result_node(&parser, MP_PARSE_NODE_NULL);
+                        } else if (i > 0) {
+                            goto syntax_error;
+                        } else {
+                            backtrack = true;
+                            goto next_rule;
+                        }
+                    } else {
+                        push_rule(&parser, rule_src_line, rule_id, i + 1); // save this and-rule"""),
+    # list-rule: an item that cannot start here ends (or fails) the list
+    Edit("py/parse.c", """                            assert((arg & RULE_ARG_KIND_MASK) == RULE_ARG_RULE);
+                            push_rule(&parser, rule_src_line, rule_id, i + 1); // save this list-rule""",
+         """                            assert((arg & RULE_ARG_KIND_MASK) == RULE_ARG_RULE);
+                            if (!rule_may_start(&parser, arg)) {
+                                i += 1;
+                                backtrack = true;
+                                goto list_backtrack;
+                            }
+                            push_rule(&parser, rule_src_line, rule_id, i + 1); // save this list-rule"""),
+    # ---- parse.c: grow the node chunk by at least 256 bytes ----------------------------
+    Edit("py/parse.c", """    if (chunk != NULL && chunk->union_.used + num_bytes > chunk->alloc) {
+        // not enough room at end of previously allocated chunk so try to grow
+        mp_parse_chunk_t *new_data = (mp_parse_chunk_t *)m_renew_maybe(byte, chunk,
+            sizeof(mp_parse_chunk_t) + chunk->alloc,
+            sizeof(mp_parse_chunk_t) + chunk->alloc + num_bytes, false);
+        if (new_data == NULL) {""",
+         """    if (chunk != NULL && chunk->union_.used + num_bytes > chunk->alloc) {
+        // not enough room at end of previously allocated chunk so try to grow
+        // (deltachip: by 256 bytes at least, as each growth walks the whole chunk)
+        size_t grow = num_bytes < 256 ? 256 : num_bytes;
+        mp_parse_chunk_t *new_data = (mp_parse_chunk_t *)m_renew_maybe(byte, chunk,
+            sizeof(mp_parse_chunk_t) + chunk->alloc,
+            sizeof(mp_parse_chunk_t) + chunk->alloc + grow, false);
+        if (new_data == NULL && grow != num_bytes) {
+            grow = num_bytes;
+            new_data = (mp_parse_chunk_t *)m_renew_maybe(byte, chunk,
+                sizeof(mp_parse_chunk_t) + chunk->alloc,
+                sizeof(mp_parse_chunk_t) + chunk->alloc + grow, false);
+        }
+        if (new_data == NULL) {"""),
+    Edit("py/parse.c", """            // could grow existing memory
+            chunk->alloc += num_bytes;""",
+         """            // could grow existing memory
+            chunk->alloc += grow;"""),
+    # ---- lexer.c: keywords by binary search -------------------------------------------
+    Edit("py/lexer.c", """        for (size_t i = 0; i < MP_ARRAY_SIZE(tok_kw); i++) {
+            int cmp = strcmp(s, tok_kw[i]);
+            if (cmp == 0) {
+                lex->tok_kind = MP_TOKEN_KW_FALSE + i;
+                if (lex->tok_kind == MP_TOKEN_KW___DEBUG__) {
+                    lex->tok_kind = (MP_STATE_VM(mp_optimise_value) == 0 ? MP_TOKEN_KW_TRUE : MP_TOKEN_KW_FALSE);
+                }
+                break;
+            } else if (cmp < 0) {
+                // Table is sorted and comparison was less-than, so stop searching
+                break;
+            }
+        }""",
+         """        // (deltachip: a binary search of the sorted table)
+        for (size_t lo = 0, hi = MP_ARRAY_SIZE(tok_kw); lo < hi;) {
+            size_t i = (lo + hi) / 2;
+            int cmp = strcmp(s, tok_kw[i]);
+            if (cmp == 0) {
+                lex->tok_kind = MP_TOKEN_KW_FALSE + i;
+                if (lex->tok_kind == MP_TOKEN_KW___DEBUG__) {
+                    lex->tok_kind = (MP_STATE_VM(mp_optimise_value) == 0 ? MP_TOKEN_KW_TRUE : MP_TOKEN_KW_FALSE);
+                }
+                break;
+            } else if (cmp < 0) {
+                hi = i;
+            } else {
+                lo = i + 1;
+            }
+        }"""),
+    # ---- qstr.c: the static pool through a sorted index -------------------------------
+    Edit("py/qstr.c", """        // binary search inside the pool
+        if (pool->is_sorted) {""",
+         """        #ifndef NO_QSTR
+        // deltachip: the unsorted static pool through its sorted index
+        // (genhdr/qstr_static_order.h): the first string >= str, which is str if any is
+        if (pool == &mp_qstr_const_pool_static) {
+            size_t lo = 0, hi = MP_ARRAY_SIZE(qstr_static_order);
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (strncmp(str, pool->qstrs[qstr_static_order[mid]], str_len) <= 0) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            if (lo < MP_ARRAY_SIZE(qstr_static_order)) {
+                size_t at = qstr_static_order[lo];
+                if (pool->lengths[at] == str_len && memcmp(pool->qstrs[at], str, str_len) == 0) {
+                    return pool->total_prev_len + at;
+                }
+            }
+            continue;
+        }
+        #endif
+
+        // binary search inside the pool
+        if (pool->is_sorted) {"""),
+    Edit("py/qstr.c", """#include "py/runtime.h"
+""", """#include "py/runtime.h"
+#ifndef NO_QSTR
+#include "genhdr/qstr_static_order.h"
+#endif
+"""),
+)
+
+
+def apply(root: Path, error: Callable[[str], Exception]) -> None:
+    """Apply :data:`EDITS` to the unpacked source at ``root``."""
+    texts: dict[str, str] = {}
+    for k, e in enumerate(EDITS):
+        text = texts.get(e.path)
+        if text is None:
+            text = (root / e.path).read_text()
+        count = text.count(e.old)
+        if count != 1:
+            raise error(f"the port's edit {k} of {e.path} matches {count} places in this "
+                        "MicroPython source (1 expected): firmware/micropython/patches.py")
+        texts[e.path] = text.replace(e.old, e.new)
+    for path, text in texts.items():
+        (root / path).write_text(text)
+
+
+# ---- genhdr/parse_first.h ------------------------------------------------------------
+
+#: the preprocessor input that lists the grammar's rules as the build's config selects them
+GRAMMAR_PROBE = """\
+#include "py/mpconfig.h"
+#define DEF_RULE(rule, comp, kind, ...) @RULE rule ; kind ; __VA_ARGS__ @END
+#define DEF_RULE_NC(rule, kind, ...) @RULE rule ; kind ; __VA_ARGS__ @END
+#include "py/grammar.h"
+"""
+
+_RULE = re.compile(r"@RULE\s+(\w+)\s*;\s*(\w+)\s*(?:\(\s*\d+\s*\))?\s*;(.*?)@END", re.S)
+_ARG = re.compile(r"(tok|rule|opt_rule)\s*\(\s*(\w+)\s*\)")
+
+
+def first_sets(preprocessed: str) -> dict[str, frozenset[str] | None]:
+    """Each rule's FIRST set (token names), or None where the rule may begin without a token
+    of a known set (it begins with an optional part, or with a rule that does)."""
+    rules: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    for name, kind, args in _RULE.findall(preprocessed):
+        rules[name] = (kind, _ARG.findall(args))
+    if not rules:
+        raise ValueError("no grammar rules found")
+    # least fixed point: None (unknown/open) until proven to start with a token
+    first: dict[str, frozenset[str] | None] = {r: None for r in rules}
+
+    def of(arg: tuple[str, str]) -> frozenset[str] | None:
+        kind, x = arg
+        if kind == "tok":
+            return frozenset([x])
+        if kind == "opt_rule":
+            return None
+        return first[x]
+
+    changed = True
+    while changed:
+        changed = False
+        for name, (kind, args) in rules.items():
+            if first[name] is not None:
+                continue
+            if kind == "or":
+                sets = [of(a) for a in args]
+                new = None if any(s is None for s in sets) else frozenset().union(*sets)
+            else:               # and, and_ident, and_blank, one_or_more, list, list_with_end
+                new = of(args[0])
+            if new is not None:
+                first[name] = new
+                changed = True
+    return first
+
+
+def parse_first_header(preprocessed: str) -> str:
+    """``genhdr/parse_first.h``: ``rule_first_table[rule][word]``, a bitmap of token kinds."""
+    first = first_sets(preprocessed)
+    words = 4
+    lines = ["// generated by the deltachip port's build (firmware/micropython/patches.py):",
+             "// for each grammar rule, the tokens it can begin with (all: unknown)",
+             f"#define PF_WORDS {words}",
+             "#define PF(t, w) ((MP_TOKEN_##t) / 32 == (w) ? 1u << ((MP_TOKEN_##t) % 32) : 0u)",
+             "_Static_assert(MP_TOKEN_NUMBER_OF <= 32 * PF_WORDS, \"PF_WORDS\");",
+             "static const uint32_t rule_first_table[][PF_WORDS] = {"]
+    for name, s in first.items():
+        if s is None:
+            words_c = ", ".join(["0xffffffffu"] * words)
+        else:
+            words_c = ", ".join("(" + " | ".join(f"PF({t}, {w})" for t in sorted(s)) + ")"
+                                for w in range(words))
+        lines.append(f"    [RULE_{name}] = {{{words_c}}},")
+    lines += ["};", "#undef PF", ""]
+    return "\n".join(lines)
+
+
+# ---- genhdr/qstr_static_order.h ------------------------------------------------------
+
+_QDEF0 = re.compile(r'^QDEF0\((\w+), (\d+), (\d+), "(.*)"\)\s*$')
+
+
+def _qstr_bytes(data: str) -> bytes:
+    if "\\x" in data:
+        return bytes.fromhex(data.replace("\\x", ""))
+    return data.encode()
+
+
+def qstr_static_order_header(generated: str) -> str:
+    """``genhdr/qstr_static_order.h``: the static (QDEF0) pool's indices, sorted by string
+    (bytes, as strncmp compares)."""
+    pool = []
+    for line in generated.splitlines():
+        m = _QDEF0.match(line)
+        if m:
+            pool.append(_qstr_bytes(m.group(4)))
+    if not 0 < len(pool) <= 256:
+        raise ValueError(f"{len(pool)} static qstrs")
+    order = sorted(range(1, len(pool)), key=lambda i: (pool[i], i))    # 0: MP_QSTRnull
+    body = ",".join(str(i) for i in order)
+    return ("// generated by the deltachip port's build (firmware/micropython/patches.py):\n"
+            "// the static qstr pool's indices, sorted by string\n"
+            f"static const uint8_t qstr_static_order[{len(order)}] = {{{body}}};\n")
