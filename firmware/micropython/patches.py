@@ -19,6 +19,9 @@ Why (``benchmarks/micropython_profile.py`` on the golden emulator; docs/firmware
   rule had failed without consuming a token (the next alternative, an empty optional node, the
   end of a list, or the same backtrack). The parse tree, the errors and their lines are
   unchanged.
+* **parse.c, entering a child**: a rule's child was pushed on the rule stack and popped
+  straight away; it is now entered directly (the same state: rule, argument 0, the token's
+  line).
 * **parse.c, the node chunk**: parse nodes go into a chunk (``MICROPY_ALLOC_PARSE_CHUNK_INIT``
   bytes) that, once full, was grown in place by each node's few bytes, and ``gc_realloc``
   walks the whole chunk's blocks on each growth (quadratic in the tree's size); it now grows
@@ -93,6 +96,37 @@ static void push_rule(parser_t *parser, size_t src_line, uint8_t rule_id, size_t
                                 goto list_backtrack;
                             }
                             push_rule(&parser, rule_src_line, rule_id, i + 1); // save this list-rule"""),
+    # the child of a rule is entered at once rather than pushed and popped straight away
+    Edit("py/parse.c", """        uint8_t rule_id = pop_rule(&parser, &i, &rule_src_line);
+        uint8_t rule_act = rule_act_table[rule_id];""",
+         """        uint8_t rule_id = pop_rule(&parser, &i, &rule_src_line);
+    enter_rule:;
+        uint8_t rule_act = rule_act_table[rule_id];"""),
+    Edit("py/parse.c", """                        push_rule_from_arg(&parser, rule_arg[i]); // push child of or-rule
+                        goto next_rule;""",
+         """                        ENTER_CHILD(rule_arg[i]); // enter child of or-rule"""),
+    Edit("py/parse.c", """                        push_rule_from_arg(&parser, rule_arg[i]); // push child of and-rule
+                        goto next_rule;""",
+         """                        ENTER_CHILD(rule_arg[i]); // enter child of and-rule"""),
+    Edit("py/parse.c", """                            push_rule_from_arg(&parser, arg); // push child of list-rule
+                            goto next_rule;""",
+         """                            ENTER_CHILD(arg); // enter child of list-rule"""),
+    Edit("py/parse.c", """    // parse!
+
+    bool backtrack = false;
+""", """    // parse!
+
+    bool backtrack = false;
+
+    // deltachip: what push_rule_from_arg and the pop of that rule did (backtrack is false
+    // wherever a child is entered)
+    #define ENTER_CHILD(arg) do { \
+        rule_id = (arg) & RULE_ARG_ARG_MASK; \
+        i = 0; \
+        rule_src_line = lex->tok_line; \
+        goto enter_rule; \
+    } while (0)
+"""),
     # ---- parse.c: grow the node chunk by at least 256 bytes ----------------------------
     Edit("py/parse.c", """    if (chunk != NULL && chunk->union_.used + num_bytes > chunk->alloc) {
         // not enough room at end of previously allocated chunk so try to grow
