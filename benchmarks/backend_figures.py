@@ -36,8 +36,8 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 import wrappers  # noqa: E402
 from hdl.frontend import load_circuit  # noqa: E402
 from hdl.ir import Circuit, Op  # noqa: E402
-from backends.compiler import compile_circuit, compile_to_dir  # noqa: E402
-from backends.hf_engine import HFEngine  # noqa: E402
+from backends.compile.pipeline import compile_circuit, compile_to_dir  # noqa: E402
+from backends.engines.hf import HFEngine  # noqa: E402
 from tests.hdl.ir_fuzz import ALL_OPS, random_circuit  # noqa: E402
 
 hf_logging.disable_progress_bar()

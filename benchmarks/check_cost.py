@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from backends.check import check_engine  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
-from backends.hf_engine import HFEngine  # noqa: E402
+from backends.verify.check import check_engine  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
+from backends.engines.hf import HFEngine  # noqa: E402
 from hdl.frontend import load_circuit  # noqa: E402
 
 EXAMPLES = [("counter", "examples/counter/counter.hdl", None),

@@ -63,8 +63,8 @@ def compile_child(sizes_name: str, target: str, dtype: str, out: str) -> None:
     compile rules refuse the core's token tables at ``target``, the core is planned past that
     one rule and each decoder layer's tensors are built and counted (not written): the
     layers' figures at the target's shapes, beside the refusal."""
-    from backends import emit, rules
-    from backends.compiler import plan_circuit, write_dir
+    from backends.compile import emit, rules
+    from backends.compile.pipeline import plan_circuit, write_dir
     from common.errors import UserError
     t0 = time.perf_counter()
     row: dict = {"error": None}

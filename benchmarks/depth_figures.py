@@ -152,7 +152,7 @@ def circuits() -> dict[str, tuple[object, str]]:
     from ir_fuzz import random_circuit
 
     def rnd(seed: int):
-        from backends.schedule import DepthRuleError, check_depth_rule
+        from backends.compile.schedule import DepthRuleError, check_depth_rule
         for s in range(seed, seed + 200):
             c = random_circuit(random.Random(s), n_nodes=1000, n_kinds=3, n_memories=3,
                                halt_kinds=False)
@@ -171,8 +171,8 @@ FIGURES = ("layers", "stages", "neurons", "seconds", "key_heads", "mem_layers")
 
 def measure(names: list[str] | None) -> dict[str, dict]:
     """Schedule every construct and circuit with the code under CODE; {name: figures}."""
-    from backends.schedule import schedule
-    from backends.target import get_target
+    from backends.compile.schedule import schedule
+    from backends.chipdir.target import get_target
     from hdl.diagnostics import CompileError
     from hdl.frontend import load_source
     res = {}

@@ -63,16 +63,16 @@ def time_run(argv: list[str], cold: bool = False) -> int:
 
     for label, mods in (("import numpy", ["numpy"]),
                         ("import the project", ["deltachip.cli", "deltachip.commands.run",
-                                                "cpu.rv32.engines", "backends.fast.engine"])):
+                                                "cpu.rv32.engines", "backends.engines.fast.engine"])):
         t = time.perf_counter()
         for m in mods:
             __import__(m)
         parts[label] = time.perf_counter() - t
     import deltachip.cli
-    import backends.engine as be
-    import backends.fast.engine as fe
+    import backends.engines.base as be
+    import backends.engines.fast.engine as fe
     import cpu.rv32.engines as ce
-    from backends.fast import stored
+    from backends.engines.fast import stored
     timed(ce, "load_program", "the ELF loaded")
     timed(ce, "compiled_core", "the core cache's entry (core hash, digests)")
     timed(ce, "load_core", "the core's HDL elaborated")
@@ -139,7 +139,7 @@ def stream_rate(engine, image, n: int, repeats: int) -> tuple[float, int]:
 
 
 def hf_rate(path, image, n: int) -> float:
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     eng = HFEngine(path, roms=image.images)
     cache = eng.new_cache(1)
     tid = eng.token_id(image.start)
@@ -223,9 +223,9 @@ def load_figures(path: Path, image, target: str, threads: int, repeats: int, out
     engine as a program gets it; medians of ``repeats``, the page cache warm), the two
     models compared array for array, and a second ``deltachip run`` of product in a new
     process; return the engine loaded from the stored form."""
-    from backends.fast.engine import FastEngine
-    from backends.fast.stored import first_difference
-    from backends.fast import stored
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.fast.stored import first_difference
+    from backends.engines.fast import stored
     form = stored.place(path, stored.checkpoint_key(path)[0])
     had = (form / stored.WEIGHTS).stat().st_mtime_ns if (form / stored.WEIGHTS).exists() else 0
     t0 = time.perf_counter()

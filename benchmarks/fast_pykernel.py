@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import deltachip  # noqa: E402
-from backends.fast.engine import FastEngine  # noqa: E402
-from backends.fast.native import Native  # noqa: E402
-from backends.fast.pykernel import PyKernel  # noqa: E402
+from backends.engines.fast.engine import FastEngine  # noqa: E402
+from backends.engines.fast.native import Native  # noqa: E402
+from backends.engines.fast.pykernel import PyKernel  # noqa: E402
 from hdl.sim import parse_token  # noqa: E402
 
 STARTS = {"gcd": "Step a=144 b=233"}

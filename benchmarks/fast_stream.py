@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.fast.engine import FastEngine  # noqa: E402
+from backends.engines.fast.engine import FastEngine  # noqa: E402
 from cpu.rv32.engines import compiled_core  # noqa: E402
 from cpu.rv32.loader import load_program  # noqa: E402
 from firmware import toolchain  # noqa: E402

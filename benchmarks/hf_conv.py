@@ -1,4 +1,4 @@
-"""What one GDN conv call costs in bf16: transformers' own against backends.hf_kernels' fp32 one.
+"""What one GDN conv call costs in bf16: transformers' own against backends.engines.hf_kernels' fp32 one.
 
 Times ``causal_conv1d_update`` (one decode step: [1, C, 1] input, [1, C, 4] conv state,
 silu) at C = 30,912 (qwen3.5-4b-shaped chips) and 8,192 channels, and with ``--prefill T``
@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from backends import hf_kernels as hk  # noqa: E402
+from backends.engines import hf_kernels as hk  # noqa: E402
 
 
 def timed(fns: list, repeats: int) -> list[float]:

@@ -225,7 +225,7 @@ def resources(d: Path, layers: int) -> dict:
 def _zero_bytes(out: Path) -> int:
     """Bytes of zero elements in the stock checkpoint's tensors (read in chunks)."""
     import numpy as np
-    from backends.merge.stfile import read_header
+    from backends.chipdir.stfile import read_header
     from backends.merge.stock import RAW
     n = 0
     for f in sorted(out.glob("*.safetensors")):

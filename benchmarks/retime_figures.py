@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends import lanes  # noqa: E402
-from backends.retime import retime  # noqa: E402
-from backends.schedule import DepthRuleError, check_depth_rule, schedule  # noqa: E402
-from backends.target import get_target  # noqa: E402
+from backends.compile import lanes  # noqa: E402
+from backends.compile.retime import retime  # noqa: E402
+from backends.compile.schedule import DepthRuleError, check_depth_rule, schedule  # noqa: E402
+from backends.chipdir.target import get_target  # noqa: E402
 from hdl.frontend import load_circuit  # noqa: E402
 from hdl.ir import Circuit  # noqa: E402
 from tests.hdl.ir_fuzz import random_circuit  # noqa: E402

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT / "tests" / "backends"))
 import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
 from test_scale import scale_circuit  # noqa: E402
 
 hf_logging.disable_progress_bar()

@@ -51,8 +51,8 @@ def merge(d: Path) -> Path:
 
 
 def engines(out: Path, tokens: int) -> None:
-    from backends.fast.engine import FastEngine
-    from backends.merge.engine import open_merged
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.merged import open_merged
     from cpu.rv32.build import FULL
     from cpu.rv32.loader import load_program
     from firmware import toolchain
@@ -75,7 +75,7 @@ def engines(out: Path, tokens: int) -> None:
 
 
 def text_rate(path: Path, n: int) -> float:
-    from backends.hf_engine import load_checked
+    from backends.engines.hf import load_checked
     m = load_checked(path, torch.bfloat16, "")
     ids = torch.tensor([[5, 6, 7, 8]])
     m.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
@@ -85,7 +85,7 @@ def text_rate(path: Path, n: int) -> float:
 
 
 def calls(out: Path, exprs: list[str]) -> None:
-    from backends.hf_engine import load_checked
+    from backends.engines.hf import load_checked
     from backends.merge.stock_calls import StockCalls
     from transformers import AutoTokenizer
     m = load_checked(out, torch.bfloat16, "")

@@ -30,8 +30,8 @@ from common.errors import UserError
 from common.kinds import DType
 
 if TYPE_CHECKING:           # for annotations only
-    from backends.check import CheckReport
-    from backends.emit import Emission
+    from backends.verify.check import CheckReport
+    from backends.compile.emit import Emission
     from hdl import ir
 
 
@@ -277,7 +277,7 @@ class Chip:
     def nonzero_weights(self) -> int:
         """Nonzero weights of the checkpoint (built one tensor group at a time if not saved)."""
         if self._nonzero is None:
-            from backends import emit
+            from backends.compile import emit
             self._nonzero = sum(sum(emit.nonzero_counts(emit.group_tensors(self.plan, g)).values())
                                 for g in self.plan.groups)
         return self._nonzero
@@ -291,7 +291,7 @@ class Chip:
         """Write the checkpoint directory (config.json, weights, chip.json; see
         ``deltachip compile``): ``path`` must be new, empty or a previous checkpoint, and is
         replaced only once the new one is complete. Returns it as a Path."""
-        from backends.compiler import write_dir
+        from backends.compile.pipeline import write_dir
         path = _path("save", "path", path)
         progress = _callback("save", "progress", progress)
         self._chip = write_dir(self.plan, path, self.roms, progress)
@@ -302,14 +302,14 @@ class Chip:
     def state_dict(self) -> dict[str, Any]:
         """Every tensor of the checkpoint in memory, named as ``Qwen3_5ForCausalLM`` names
         them (for small chips)."""
-        from backends import emit
+        from backends.compile import emit
         return emit.state_dict(self.plan)
 
     def explain(self, layer: int | None = None, source: str | None = None) -> str:
         """``deltachip explain`` without a directory: what every neuron and head of ``layer``
         is for, or what ``source`` (``FILE.hdl:LINE``) became. Give exactly one."""
-        from backends.compiler import chip_record
-        from backends.trace import ChipTrace, parse_source
+        from backends.compile.pipeline import chip_record
+        from backends.compile.trace import ChipTrace, parse_source
         _typed("explain", "layer", layer, int, "int", optional=True)
         _typed("explain", "source", source, str, "str", optional=True)
         if (layer is None) == (source is None):
@@ -329,7 +329,7 @@ def compile(circuit: Circuit | str | Path, target: str = "compact", dtype: DType
     ``dtype`` (``bf16`` or ``fp32``): lowering, depth scheduling, retiming, lane allocation
     and the exactness proof run now; ``roms`` bakes memory images in (default: each
     memory's own). ``progress`` receives a line per stage."""
-    from backends.compiler import bake_tables, plan_circuit
+    from backends.compile.pipeline import bake_tables, plan_circuit
     _typed("compile", "circuit", circuit, (Circuit, *_PATH), "a Circuit, str or os.PathLike")
     target = str(_typed("compile", "target", target, _PATH, "str or os.PathLike"))
     _typed("compile", "dtype", dtype, str, "str or DType")
@@ -347,10 +347,10 @@ def check(chip: Chip | str | Path, steps: int = 64, start: str | Token | None = 
     """Run a compiled chip (a saved directory, or a :class:`Chip`, saved to a temporary
     directory first if it was not) in transformers' own Qwen3.5 modules and compare every
     position with the reference simulator, as ``deltachip check`` does. Returns the
-    :class:`backends.check.CheckReport` (``ok``, ``positions``, ``mismatches``)."""
+    :class:`backends.verify.check.CheckReport` (``ok``, ``positions``, ``mismatches``)."""
     from transformers.utils import logging as hf_logging
-    from backends.check import check_engine
-    from backends.hf_engine import HFEngine
+    from backends.verify.check import check_engine
+    from backends.engines.hf import HFEngine
     from hdl.sim import parse_token
     _typed("check", "chip", chip, (Chip, *_PATH), "a Chip, str or os.PathLike")
     for name, value, lo, hi in (("steps", steps, 0, None), ("batch", batch, 1, MAX_BATCH),

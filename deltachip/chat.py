@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
-from backends.checkpoint import ChipDirError
+from backends.chipdir.checkpoint import ChipDirError
 
 #: the tool the chat template is told about for a merge whose manifest declares none (calc's
 #: declaration: firmware/calc/__init__.py)
@@ -65,8 +65,8 @@ class Chat:
     def __init__(self, path: str | Path, dtype: str = "bf16", thinking: bool = False,
                  call_budget: int | None = None):
         from transformers.utils import logging as hf_logging
-        from backends.checkpoint import load_chip_json
-        from backends.merge.engine import check_chip_config, check_files, read_manifest
+        from backends.chipdir.checkpoint import load_chip_json
+        from backends.engines.merged import check_chip_config, check_files, read_manifest
         d = Path(path)
         manifest = read_manifest(d, "")
         check_files(d, manifest)        # every file as the merge wrote it, before loading
@@ -87,7 +87,7 @@ class Chat:
             raise
         except (Exception, SystemExit) as e:    # the model's own code, run from its folder:
             #                                     any error, even an exit
-            from backends.merge.engine import load_error
+            from backends.engines.merged import load_error
             raise load_error(d, e) from None
         _check_generation_config(d, self.model, call_budget is None)
         if call_budget is not None:         # the most chip tokens a call runs
@@ -106,9 +106,9 @@ class Chat:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if manifest["layout"] == "stock":   # plain transformers, calls run by the driver
-                from backends.hf_engine import load_checked
+                from backends.engines.hf import load_checked
                 from backends.merge.stock_calls import StockCalls
-                from backends.numbers import DTYPES
+                from backends.chipdir.numbers import DTYPES
                 self.model = load_checked(d, DTYPES[manifest["dtype"]], "merge it again")
                 self.driver = None
             else:

@@ -55,7 +55,7 @@ python - "$out/product.elf" <<'PY'
 import sys, time
 from pathlib import Path
 from transformers.utils import logging
-from backends.check import compare_engines, load_engine
+from backends.verify.check import compare_engines, load_engine
 from cpu.rv32.engines import compiled_core
 from cpu.rv32.loader import load_program
 logging.disable_progress_bar()

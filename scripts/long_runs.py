@@ -58,7 +58,7 @@ def build_all(out: Path) -> dict[str, Path]:
 
 
 def lockstep(args: argparse.Namespace, elfs: dict[str, Path]) -> int:
-    from backends.fast.engine import FastEngine
+    from backends.engines.fast.engine import FastEngine
     path = compiled_core(FULL, args.target, args.dtype)
     eng = FastEngine(path, args.dtype, threads=1)
     lock = threading.Lock()
@@ -102,8 +102,8 @@ def lockstep(args: argparse.Namespace, elfs: dict[str, Path]) -> int:
 
 
 def against_hf(args: argparse.Namespace, elfs: dict[str, Path]) -> int:
-    from backends.fast.engine import FastEngine
-    from backends.hf_engine import HFEngine
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.hf import HFEngine
     path = compiled_core(FULL, args.target, args.dtype)
     fast = FastEngine(path, args.dtype, threads=1)
     hf = HFEngine(path, args.dtype)

@@ -8,7 +8,7 @@ Usage:
 
 Areas (``AREAS`` below): ``emulator`` (cpu/emulator.py), ``sim`` (hdl/sim: the code
 generator, engines and simulator), ``numerics`` (hand-made mutants of the backend's numerics
-constants in backends/emit.py and backends/lower.py) and ``calc`` (hand-made mutants of
+constants in backends/compile/emit.py and backends/compile/lower/bits.py) and ``calc`` (hand-made mutants of
 firmware/calc/*.c). Python files get mutants from a small AST mutator (:func:`py_mutants`:
 arithmetic, bitwise and comparison operators swapped, integer constants +1, booleans and
 ``and``/``or`` flipped, ``not`` dropped); C files and constants get the hand-made lists
@@ -218,8 +218,8 @@ C_MUTANTS = [
     (C, "if (big_is_unit(&t3)) {\n        /* (na*db", "if (0) {\n        /* (na*db",
      "addition fast path off (equivalent: an optimisation)"),
 ]
-E = "backends/emit.py"
-LW = "backends/lower.py"
+E = "backends/compile/emit.py"
+LW = "backends/compile/lower/bits.py"
 NUMERICS_MUTANTS = [
     (E, "ZSEL = 256 ", "ZSEL = 128 ", "packed-ROM z-gate slope halved (issue 12)"),
     (E, "    k: int = 7          # K = 128", "    k: int = 6          # K = 128", "relu slope K = 64"),

@@ -5,6 +5,10 @@ Floors (docs/backend.md, "Layers"): ``common`` and ``stdlib`` at the bottom, the
 API) on top. A module may import from its own floor or below, never from above; packages on
 one floor may use each other only without a cycle. Every ``import`` counts, wherever it is
 written: at module level, inside a function, under ``if TYPE_CHECKING``.
+
+Inside ``backends`` the roles have floors of their own (:data:`ROLES`): ``chipdir`` (files)
+at the bottom, the compiler (``compile``) and the runtimes (``engines``) above it, neither
+importing the other, then ``verify`` and ``merge``, neither importing the other.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = {"common": 0, "stdlib": 0, "hdl": 1, "backends": 2, "cpu": 2, "firmware": 2,
           "deltachip": 3}
 LIBRARIES = [p for p in FLOORS if p != "deltachip"]
+#: backends' sub-packages -> floor; a module imports only from its own sub-package or one on a
+#: lower floor (two roles on one floor never import each other)
+ROLES = {"chipdir": 0, "compile": 1, "engines": 1, "verify": 2, "merge": 2}
 
 
 def project_modules(root: Path, packages) -> dict[str, Path]:
@@ -131,6 +138,28 @@ def test_packages_form_no_cycle(graph):
             packages.add_edge(package(a), package(b), where=w)
     found = cycles(packages)
     assert not found, "package cycles:\n" + "\n\n".join(found)
+
+
+def role(module: str) -> str | None:
+    """The backends sub-package of ``module`` (None outside backends, or for ``backends``
+    itself)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "backends" and len(parts) > 1 else None
+
+
+def test_backends_roles_point_down(graph):
+    """The compiler never imports a runtime, a runtime never imports the compiler, the
+    files floor imports no other role, and nothing imports upward."""
+    bad = [f"{a} ({role(a)}, floor {ROLES[role(a)]}) imports {b} ({role(b)}, floor "
+           f"{ROLES[role(b)]}) ({w})" for a, b, w in graph.edges(data="where")
+           if role(a) and role(b) and role(a) != role(b) and ROLES[role(a)] <= ROLES[role(b)]]
+    assert not bad, "backends roles importing sideways or up:\n" + "\n".join(bad)
+
+
+def test_every_backends_module_has_a_role(graph):
+    loose = [m for m in graph.nodes if package(m) == "backends" and m != "backends"
+             and role(m) not in ROLES]
+    assert not loose, f"backends modules outside {sorted(ROLES)}: {loose}"
 
 
 def test_every_package_is_on_a_floor():

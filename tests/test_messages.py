@@ -89,9 +89,9 @@ def test_firmware_build_of_a_device_or_fifo_says_what_it_is(tmp_path, capsys):
 
 def test_config_files_past_their_size_limit(tmp_path, capsys, monkeypatch):
     """Issue 28, class 3: a target config and a checkpoint's JSON files are read with a bound
-    (backends.target.MAX_CONFIG_BYTES, backends.checkpoint.JSON_LIMITS)."""
-    import backends.checkpoint
-    from backends.target import MAX_CONFIG_BYTES
+    (backends.chipdir.target.MAX_CONFIG_BYTES, backends.chipdir.checkpoint.JSON_LIMITS)."""
+    import backends.chipdir.checkpoint
+    from backends.chipdir.target import MAX_CONFIG_BYTES
     cfg = tmp_path / "config.json"
     cfg.write_bytes(b" " * (MAX_CONFIG_BYTES + 1))
     counter = str(ROOT / "examples" / "counter" / "counter.hdl")
@@ -102,7 +102,7 @@ def test_config_files_past_their_size_limit(tmp_path, capsys, monkeypatch):
     chip_dir = tmp_path / "chip"
     chip_dir.mkdir()
     (chip_dir / "chip.json").write_bytes(b" " * 101)
-    limits = backends.checkpoint.JSON_LIMITS
+    limits = backends.chipdir.checkpoint.JSON_LIMITS
     monkeypatch.setitem(limits, "chip.json", (100, limits["chip.json"][1]))
     assert main(["explain", str(chip_dir), "--layer", "0"]) == 2
     assert capsys.readouterr().err == (

@@ -2,7 +2,7 @@
 
 Takes: a local Hugging Face checkpoint directory. Gives: :class:`Base` (its config, its
 weight files with every tensor's dtype, shape and byte range, its tokenizer and generation
-files) or a :class:`~backends.merge.stfile.MergeError` that names what differs from a
+files) or a :class:`~backends.chipdir.stfile.MergeError` that names what differs from a
 Qwen3.5 text model this merge supports: another model type, a config transformers refuses,
 weights in another format, a missing, truncated or corrupt shard, or tensors that do not
 fit the config (missing, mis-shaped, unexpected: the expected set is transformers' own
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.merge.stfile import Header, MergeError, TensorEntry, read_header
+from backends.chipdir.checkpoint import INDEX, SINGLE
+from backends.chipdir.stfile import Header, MergeError, TensorEntry, read_header
 from common.inputs import InputTooLarge, loads_json, read_bounded
 from common.outputs import os_reason, special_kind
 
@@ -31,8 +32,6 @@ ARCHITECTURE = "Qwen3_5ForCausalLM"
 VL_MODEL_TYPE = "qwen3_5"
 LANGUAGE_PREFIX = "model.language_model."
 VISION_PREFIX = "model.visual."
-SINGLE = "model.safetensors"
-INDEX = "model.safetensors.index.json"
 #: files beside the weights that the merged checkpoint carries over (the tokenizer's are
 #: patched with the chip's tokens, the rest copied as they are)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -143,7 +142,7 @@ def read_base(path: str | Path) -> Base:
     multimodal = cfg.get("model_type") == VL_MODEL_TYPE
     if multimodal:
         cfg = language_config(cfg, cfg_path)
-    check_config(cfg, cfg_path)
+    check_base_config(cfg, cfg_path)
     extra = _extra_files(d)
     for p in extra.values():        # a damaged one named now, before the weights are read
         read_text_file(p)
@@ -246,7 +245,7 @@ def language_config(cfg: dict[str, Any], where: Path) -> dict[str, Any]:
     return out
 
 
-def check_config(cfg: dict[str, Any], where: Path) -> None:
+def check_base_config(cfg: dict[str, Any], where: Path) -> None:
     """MergeError unless ``cfg`` is a Qwen3.5 text config transformers accepts."""
     mt = cfg.get("model_type")
     if mt != MODEL_TYPE:

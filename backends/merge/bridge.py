@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.merge.stfile import OutTensor
+from backends.chipdir.stfile import OutTensor
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 TURN, THINK, UNTHINK = "<|im_start|>", "<think>", "</think>"
@@ -194,7 +194,7 @@ def build(tok: dict[str, Any], vocab_size: int, chip: dict[str, Any],
           turn: dict[str, Any] | None = None) -> Bridge | str:
     """The bridge for a base tokenizer and the core (see the module docstring), or why
     there is none; ``turn``: :func:`tool_turn` (default: Qwen's documented form)."""
-    from backends.chipfile import circuit_from_json
+    from backends.chipdir.chipfile import circuit_from_json
     text = vocab_bytes(tok, vocab_size)
     if isinstance(text, str):
         return text

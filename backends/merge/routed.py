@@ -37,12 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from backends.chipschema import kind_ids
-from backends.merge.files import (AUTO_MAP, FORMAT, FORMAT_VERSION, MANIFEST,  # noqa: F401
-                                   MODEL_TYPE, MODELING, read_merged_json)
-from backends.merge.base import INDEX, SINGLE, Base, read_base, read_json, read_text_file
-from backends.merge.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
-                                   write_file)
+from backends.chipdir.checkpoint import shard_name
+from backends.chipdir.chipschema import kind_ids
+from backends.chipdir.merged import (AUTO_MAP, FORMAT, FORMAT_VERSION, MANIFEST,  # noqa: F401
+                                     MODEL_TYPE, MODELING, PLAIN_TABLES, read_merged_json)
+from backends.chipdir.checkpoint import INDEX, SINGLE
+from backends.merge.base import Base, read_base, read_json, read_text_file
+from backends.chipdir.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
+                                     write_file)
 from common.outputs import (building_dir, dir_name_problem, disk_shortfall, os_reason,
                             prepare_dir_output)
 
@@ -76,10 +78,6 @@ class MergeReport:
     token_offset: int = 0
 
 
-def shard_name(i: int, n: int) -> str:
-    return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
-
-
 def chip_token_names(chip: dict[str, Any]) -> list[str]:
     """The name of every chip id: ``<|chip:KIND:PAYLOAD|>`` (``<|chip:KIND|>`` for a kind
     without payload; an id no kind covers: ``<|chip:#ID|>``)."""
@@ -105,7 +103,7 @@ def _inside(a: Path, b: Path) -> bool:
     return a == b or b in a.parents
 
 
-def prepare_output(out: Path, base: Path, chip: Path) -> Path:
+def prepare_merge_output(out: Path, base: Path, chip: Path) -> Path:
     """``out`` once it is safe to build there: not the base or the chip directory, neither
     inside the other, and absent, empty or a previous merge output."""
     for what, d in (("base", base), ("chip", chip)):
@@ -142,7 +140,7 @@ def _is_merge(d: Path, entries: list[str]) -> bool:
 
 
 @dataclass
-class _Chip:
+class MergeChip:
     """What the merge takes from a compiled chip directory."""
     path: Path
     chip: dict[str, Any]
@@ -160,17 +158,17 @@ class _Chip:
 
 def _read_chip(path: Path, dtype: str | None,
                roms: dict[str, list[int]] | None = None, digests: bool = True,
-               others: list[dict[str, list[int]]] | None = None) -> _Chip:
+               others: list[dict[str, list[int]]] | None = None) -> MergeChip:
     """The chip at ``path``, checked as every engine checks it (ChipDirError otherwise);
     ``roms`` (memory name -> words) replace its own memory images. A chip without its
     manifest.json (the digests of its files) is refused unless ``digests`` is False: a
     flipped weight byte or an edited chip.json could not be found. ``others``: the images
-    of further programs (:attr:`_Chip.programs`)."""
+    of further programs (:attr:`MergeChip.programs`)."""
     import os
     import torch
-    from backends.checkpoint import weights_file
-    from backends.engine import ChipEngine
-    from backends.manifest import MANIFEST as DIGESTS
+    from backends.chipdir.checkpoint import weights_file
+    from backends.engines.base import ChipEngine
+    from backends.chipdir.manifest import MANIFEST as DIGESTS
     if digests and path.is_dir() and not os.path.lexists(path / DIGESTS):
         raise MergeError(f"chip {path}: no {DIGESTS} (the size and sha256 digest of each of "
                          f"its files, written by `deltachip compile`), so a damaged weight or "
@@ -210,13 +208,13 @@ def _read_chip(path: Path, dtype: str | None,
             raise MergeError(f"chip {path}: the programs' memory images are in different "
                              "layers; merge one program")
         programs.append((mine, theirs))
-    return _Chip(path, eng.chip, cfg, files, states, (nv, dk, dv),
+    return MergeChip(path, eng.chip, cfg, files, states, (nv, dk, dv),
                  _chip_json_bytes(path), eng.roms, programs)
 
 
 def _chip_json_bytes(path: Path) -> bytes:
     """The bytes of the chip's chip.json (read with its bound, as the engine read it)."""
-    from backends.checkpoint import JSON_LIMITS, ChipDirError
+    from backends.chipdir.checkpoint import JSON_LIMITS, ChipDirError
     from common.inputs import InputTooLarge, read_bounded
     try:
         return read_bounded(path / "chip.json", *JSON_LIMITS["chip.json"])
@@ -336,7 +334,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         chip_shards[-1] += packed.tensors
     if layers is not None:
         chip_shards[-1] += layers.tensors
-    bridge = _bridge(base, chip, fws) if firmware is not None else None
+    bridge = make_bridge(base, chip, fws) if firmware is not None else None
     if bridge is not None and not isinstance(bridge, str):
         chip_shards[-1] += bridge.tensors
     n = len(base.files) + len(chip_shards)
@@ -368,11 +366,11 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
         if len(fws) > 1:
             cfg["chip_programs"] = len(fws)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        shutil.copyfile(Path(__file__).with_name(MODELING), tmp / MODELING)
+        shutil.copyfile(Path(__file__).with_name("shipped") / MODELING, tmp / MODELING)
         for fname, data in texts.items():
             (tmp / fname).write_bytes(data)
         roms = write_chip_files(tmp, chip)
-        manifest = _manifest(base, chip, offset, names, dtype, roms)
+        manifest = merge_manifest(base, chip, offset, names, dtype, roms)
         manifest["chip"]["tables"] = _tables_entry(chip, packed)
         if layers is not None and layers.config:
             manifest["chip"]["sparse_layers"] = {
@@ -382,7 +380,7 @@ def merge_routed(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path
             program_files(tmp, chip, fws, manifest)
             manifest["bridge"] = ({"tool_calls": False, "why": bridge}
                                   if isinstance(bridge, str) else {"tool_calls": True})
-        from backends.merge.files import file_record
+        from backends.chipdir.merged import file_record
         manifest["files"] = file_record(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return MergeReport(out, base.nbytes, sum(sizes) + sum(len(b) for b in texts.values()),
@@ -396,7 +394,7 @@ class Inputs:
     build, the chip's token names from ``offset`` on, and the tokenizer and generation files
     of the output (:func:`_text_files`)."""
     base: Base
-    chip: _Chip
+    chip: MergeChip
     names: list[str]
     offset: int
     texts: dict[str, bytes]
@@ -404,11 +402,11 @@ class Inputs:
 
 def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
                 firmware: Firmware | list[Firmware] | None, say: Callable[[str], None],
-                fits: Callable[[Base, _Chip], None] | None = None,
+                fits: Callable[[Base, MergeChip], None] | None = None,
                 digests: bool = True) -> Inputs:
     """Check OUT_DIR's name, read the base and the chip (the firmware's memory images in
     it; ``digests``: see :func:`_read_chip`), check that the chip ``fits`` the base (a
-    layout's own test), then OUT_DIR (:func:`prepare_output`)."""
+    layout's own test), then OUT_DIR (:func:`prepare_merge_output`)."""
     check_out_name(out)
     say("reading the base")
     base = read_base(base_dir)
@@ -418,7 +416,7 @@ def read_inputs(base_dir: Path, out: Path, chip_dir: Path, dtype: str | None,
                       [fw.images for fw in fws[1:]])
     if fits is not None:
         fits(base, chip)
-    prepare_output(out, base_dir, chip_dir)
+    prepare_merge_output(out, base_dir, chip_dir)
     names = chip_token_names(chip.chip)
     return Inputs(base, chip, names, base.vocab_size, _text_files(base, names, base.vocab_size))
 
@@ -430,7 +428,7 @@ def check_disk(out: Path, need: int) -> None:
         raise MergeError(f"OUT_DIR {out}: {short} (nothing was written)")
 
 
-def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:
+def write_chip_files(tmp: Path, chip: MergeChip) -> dict[str, str]:
     """``deltachip/chip.json`` (the chip's, byte for byte) and ``deltachip/roms/NAME.hex``
     (the memory images merged) under ``tmp``; memory name -> its file."""
     (tmp / "deltachip" / "roms").mkdir(parents=True)
@@ -444,7 +442,7 @@ def write_chip_files(tmp: Path, chip: _Chip) -> dict[str, str]:
     return roms
 
 
-def _bridge(base: Base, chip: _Chip, fws: list[Firmware] | None = None) -> Any:
+def make_bridge(base: Base, chip: MergeChip, fws: list[Firmware] | None = None) -> Any:
     """The tool-call bridge (:mod:`backends.merge.bridge`) of a merge with the core, or why
     there is none; its ``tools``: the tool each program answers (``fws``), in order."""
     from backends.merge.bridge import build, tool_turn
@@ -466,7 +464,7 @@ def programs_of(firmware: Firmware | list[Firmware] | None) -> list[Firmware]:
     return list(firmware) if isinstance(firmware, (list, tuple)) else [firmware]
 
 
-def program_files(tmp: Path, chip: _Chip, fws: list[Firmware],
+def program_files(tmp: Path, chip: MergeChip, fws: list[Firmware],
                   manifest: dict[str, Any]) -> None:
     """The manifest's ``firmware`` (the first program, whose images are the chip's:
     ``deltachip/roms``) and, with several programs, ``programs``: each further one's entry
@@ -488,10 +486,10 @@ def program_files(tmp: Path, chip: _Chip, fws: list[Firmware],
     manifest["programs"] = progs
 
 
-def _tables_entry(chip: _Chip, packed: Any) -> dict[str, Any]:
+def _tables_entry(chip: MergeChip, packed: Any) -> dict[str, Any]:
     """The manifest's account of how the chip's token tables are stored."""
     plain = sum(t.nbytes for h in chip.files for n, t in h.tensors.items()
-                if n in ("model.embed_tokens.weight", "lm_head.weight"))
+                if n in PLAIN_TABLES)
     if packed is None:
         return {"form": "plain", "bytes": plain}
     return {"form": "structured", "bytes": packed.nbytes, "plain_bytes": plain,
@@ -516,7 +514,7 @@ def _text_files(base: Base, names: list[str], offset: int) -> dict[str, bytes]:
     return out
 
 
-def _config(base: Base, chip: _Chip, offset: int, count: int, dtype: str) -> dict[str, Any]:
+def _config(base: Base, chip: MergeChip, offset: int, count: int, dtype: str) -> dict[str, Any]:
     cfg = {
         "model_type": MODEL_TYPE,
         "architectures": ["DeltachipRoutedForCausalLM"],
@@ -545,7 +543,7 @@ def _version() -> str:
         return "unknown"
 
 
-def _manifest(base: Base, chip: _Chip, offset: int, names: list[str], dtype: str,
+def merge_manifest(base: Base, chip: MergeChip, offset: int, names: list[str], dtype: str,
               roms: dict[str, str]) -> dict[str, Any]:
     c = chip.chip
     circuit = json.dumps(c["circuit"], sort_keys=True, separators=(",", ":")).encode()

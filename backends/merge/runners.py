@@ -1,9 +1,9 @@
 """Runners of tool calls on a merged checkpoint's chip, on deltachip's engines.
 
-A runner gives :func:`backends.merge.modeling_deltachip.run_call` the chip's ids: ``new()``
+A runner gives :func:`backends.merge.shipped.modeling_deltachip.run_call` the chip's ids: ``new()``
 (a run's state) and ``advance(state, first, n, stop)`` (the chip's ids after feeding
 ``first``: at most ``n``, ending at one in ``stop``). The shipped modeling file has its own
-(:class:`~backends.merge.modeling_deltachip.ModuleChip`, transformers' modules, a token at
+(:class:`~backends.merge.shipped.modeling_deltachip.ModuleChip`, transformers' modules, a token at
 a time); where deltachip is installed, :func:`routed_runner` (the entry point
 ``deltachip.call_runner``) gives it the fast engine instead, and the stock driver takes
 :func:`stock_runner`.
@@ -28,7 +28,7 @@ class FastChip:
     name = "fast"
 
     def __init__(self, path: str | Path):
-        from backends.fast.engine import FastEngine
+        from backends.engines.fast.engine import FastEngine
         self.eng = FastEngine(str(path), roms=self.roms(path), threads=1)
         self.programs = program_roms(path)
         self._stop: tuple | None = None
@@ -37,7 +37,7 @@ class FastChip:
     def roms(path: str | Path) -> dict:
         """The merged program's memory images (``deltachip/roms/*.hex``, as the manifest
         names them): memory name -> words."""
-        from backends.merge.engine import read_manifest
+        from backends.engines.merged import read_manifest
         d = Path(path)
         manifest = read_manifest(d)
         return _hex_roms(d, manifest["chip"].get("roms"))
@@ -69,7 +69,7 @@ def _hex_roms(d: Path, files: Any) -> dict:
 def program_roms(path: str | Path) -> list[dict]:
     """The memory images of a merged checkpoint's further programs (a merge with several
     ``--firmware``: its manifest's ``programs``, in order), each memory name -> words."""
-    from backends.merge.engine import read_manifest
+    from backends.engines.merged import read_manifest
     d = Path(path)
     progs = read_manifest(d).get("programs")
     return [_hex_roms(d, p.get("roms")) for p in progs if isinstance(p, dict)] \
@@ -122,6 +122,6 @@ def stock_runner(d: str | Path, model: Any) -> FastChip | EngineChip:
     fast = _fast(d)
     if fast is not None:
         return fast
-    from backends.merge.engine import StockEngine
+    from backends.engines.merged import StockEngine
     return EngineChip(StockEngine(d, model=model, roms=FastChip.roms(d)),
                       programs=program_roms(d))

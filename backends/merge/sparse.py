@@ -5,8 +5,8 @@ at qwen3.5-4b shapes take 1.58 GB in bf16 and hold 650,492 nonzeros. Each such w
 (``model.layers.L.….weight``, 2-D, of a bias-free ``nn.Linear`` in transformers' Qwen3.5
 modules) is stored as the flat positions of its nonzeros (int32) and their values (float32
 bits, so loading in any dtype never rounds them), when that is smaller; the shipped
-modeling file's :class:`~backends.merge.modeling_deltachip.SparseLinear` scatters them back
-(:func:`~backends.merge.modeling_deltachip.sparse_weight`), exactly.
+modeling file's :class:`~backends.merge.shipped.modeling_deltachip.SparseLinear` scatters them back
+(:func:`~backends.merge.shipped.modeling_deltachip.sparse_weight`), exactly.
 
 Takes: the chip's weight-file headers, the names to leave out (the token tables, stored
 their own way) and a dtype name. Gives: :class:`SparseLayers` (the tensors that replace the
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backends.fast.weights import nonzero_flat
-from backends.merge.modeling_deltachip import sparse_weight
-from backends.merge.stfile import Header, OutTensor, Rows
+from backends.chipdir.weights import nonzero_flat
+from backends.merge.shipped.modeling_deltachip import sparse_weight
+from backends.chipdir.stfile import Header, OutTensor, Rows
 
 #: the weights that may be stored sparse: every 2-D weight of a decoder layer
 NAME = re.compile(r"model\.layers\.\d+\..*\.weight")

@@ -52,8 +52,8 @@ layer, fp32 bits as int32; :func:`chip_cache` loads it); with ``firmware`` (the 
 program: the program's images are the memory images), the manifest's ``firmware`` and
 ``bridge`` entries and ``deltachip/bridge.safetensors`` (the tool-call bridge's byte
 tables, :mod:`backends.merge.bridge`, for the driver :mod:`backends.merge.stock_calls`).
-The chip in it runs as an engine: :class:`backends.merge.engine.StockEngine` (hf) and the
-fast engine (:mod:`backends.merge.stock_chip`). Built tensor by tensor, in chunks of at most
+The chip in it runs as an engine: :class:`backends.engines.merged.StockEngine` (hf) and the
+fast engine (:mod:`backends.chipdir.stock`). Built tensor by tensor, in chunks of at most
 16 MiB, in a temporary directory renamed into place; BASE_DIR and the chip are only read.
 """
 from __future__ import annotations
@@ -67,14 +67,15 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from backends.merge.base import INDEX, Base
-from backends.merge.stock_chip import COLS, LAYER, NORMS, ROWS, SAME_FIELDS
-from backends.merge.routed import (DTYPE_NAMES, Firmware, MergeReport, _bridge, _Chip,
+from backends.chipdir.checkpoint import INDEX
+from backends.merge.base import Base
+from backends.chipdir.stock import COLS, LAYER, NORMS, ROWS, SAME_FIELDS
+from backends.merge.routed import (DTYPE_NAMES, Firmware, MergeReport, make_bridge, MergeChip,
                                    program_files, programs_of,
-                                   _manifest, check_disk, read_inputs, shard_name,
+                                   merge_manifest, check_disk, read_inputs, shard_name,
                                    write_chip_files)
-from backends.merge.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, TensorEntry,
-                                   _header_bytes, write_file)
+from backends.chipdir.stfile import (CHUNK, DTYPE_BYTES, MergeError, OutTensor, TensorEntry,
+                                     header_bytes, write_file)
 from common.outputs import building_dir
 
 #: the text lane: its value on text tokens; the 1 + w of the final norm and of the chip's
@@ -165,7 +166,7 @@ def squares(total: int, most: int = 8) -> tuple[int, ...]:
                      f"{total} dims (the base is too wide for the stock layout)")
 
 
-def plan_layout(base: Base, chip: _Chip) -> Layout:
+def plan_layout(base: Base, chip: MergeChip) -> Layout:
     num = chip.chip["numerics"]
     hb, hc, n_b = int(base.config["hidden_size"]), int(num["hidden"]), int(num["n_b"])
     if n_b * 4 ** int(num["b_res"]) != 4 ** int(num["m"]) * hc:
@@ -297,7 +298,7 @@ def chunks(p: Plan, zeros: list[int]) -> Iterator[bytes]:
 def write_plans(dst: Path, plans: list[Plan], zeros: list[int]) -> None:
     """A new safetensors file ``dst`` holding ``plans`` in order."""
     import struct
-    raw = _header_bytes(plans, {"format": "pt"})   # type: ignore[arg-type]
+    raw = header_bytes(plans, {"format": "pt"})   # type: ignore[arg-type]
     with open(dst, "xb") as fo:
         fo.write(struct.pack("<Q", len(raw)))
         fo.write(raw)
@@ -310,13 +311,13 @@ def write_plans(dst: Path, plans: list[Plan], zeros: list[int]) -> None:
 
 
 def plans_size(plans: list[Plan]) -> int:
-    return 8 + len(_header_bytes(plans, {"format": "pt"})) + sum(  # type: ignore[arg-type]
+    return 8 + len(header_bytes(plans, {"format": "pt"})) + sum(  # type: ignore[arg-type]
         p.nbytes for p in plans)
 
 
 # ---- what goes where --------------------------------------------------------------------
 class _Planner:
-    def __init__(self, base: Base, chip: _Chip, lay: Layout):
+    def __init__(self, base: Base, chip: MergeChip, lay: Layout):
         self.base, self.chip, self.lay = base, chip, lay
         self.bt = {n: (h.path, t) for n, (h, t) in base.tensors().items()}
         self.ct = {n: (h.path, t) for h in chip.files for n, t in h.tensors.items()}
@@ -476,7 +477,7 @@ class _Planner:
         return Plan("model.norm.weight", dtype, (self.lay.hidden,), data=encode(f - 1.0, dtype))
 
 
-def check_chip_fits(base: Base, chip: _Chip) -> None:
+def check_chip_fits(base: Base, chip: MergeChip) -> None:
     """MergeError unless the chip's layers have the base's module shapes and end with the
     zero attention layer the compiler adds."""
     cfg, bcfg = chip.config, base.config
@@ -559,7 +560,7 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
         rom_files = write_chip_files(tmp, chip)
         if roms:
             write_file(tmp / ROM_STATES, roms, {"format": "pt"})
-        manifest = _manifest(base, chip, offset, names, dtype, rom_files)
+        manifest = merge_manifest(base, chip, offset, names, dtype, rom_files)
         manifest["layout"] = "stock"
         manifest["stock"] = {**lay.record(), "chip_layers": [0, pl.lc],
                              "base_layers": [pl.lc, pl.lc + int(base.config["num_hidden_layers"])],
@@ -571,14 +572,14 @@ def merge_stock(base_dir: str | Path, out_dir: str | Path, chip_dir: str | Path,
                              "chip_final_norm_dims": np.flatnonzero(pl.readout()).tolist()}
         if firmware is not None:
             program_files(tmp, chip, fws, manifest)
-            bridge = _bridge(base, chip, fws)
+            bridge = make_bridge(base, chip, fws)
             if isinstance(bridge, str):
                 manifest["bridge"] = {"tool_calls": False, "why": bridge}
             else:
                 write_file(tmp / BRIDGE_TABLES, bridge.tensors, {"format": "pt"})
                 manifest["bridge"] = {"tool_calls": True, "config": bridge.config,
                                       "tables": BRIDGE_TABLES}
-        from backends.merge.files import file_record
+        from backends.chipdir.merged import file_record
         manifest["files"] = file_record(tmp)
         (tmp / "deltachip.json").write_text(json.dumps(manifest, indent=2) + "\n")
     chip_bytes = sum(p.nbytes for s in chip_shards for p in s)
@@ -608,7 +609,7 @@ def chip_cache(model, out_dir: str | Path, batch: int = 1):
     from safetensors.torch import load_file
     from transformers import DynamicCache
     out = Path(out_dir)
-    from backends.merge.engine import read_manifest
+    from backends.engines.merged import read_manifest
     st = read_manifest(out)["stock"]
     cfg = model.config
     cache = DynamicCache(config=cfg)

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from backends.checkpoint import ChipDirError
-from backends.merge.modeling_deltachip import (BridgeTables, ToolCalls, answer_calls,
-                                               bridge_config)
+from backends.chipdir.checkpoint import ChipDirError
+from backends.merge.shipped.modeling_deltachip import (BridgeTables, ToolCalls, answer_calls,
+                                                       bridge_config)
 
 
 class _CallClosed:
@@ -51,7 +51,7 @@ class StockCalls:
 
     def __init__(self, d: str | Path, model: Any, tokenizer: Any = None):
         from safetensors.torch import load_file
-        from backends.merge.engine import read_manifest
+        from backends.engines.merged import read_manifest
         self.d, self.model = Path(d), model
         manifest = read_manifest(self.d, "")
         bridge = manifest.get("bridge") or {}

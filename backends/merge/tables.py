@@ -14,8 +14,8 @@ merged checkpoint). Both have a structure the compiler gives them:
 Takes: the chip's weight-file headers and its chip.json. Gives: :class:`Tables` (the
 tensors that replace ``model.embed_tokens.weight`` and ``lm_head.weight``, and their sizes)
 after checking, row by row, that the modeling file's own expansion
-(:func:`~backends.merge.modeling_deltachip.embedding_rows`,
-:func:`~backends.merge.modeling_deltachip.head_rows`) gives every bit of the chip's tables;
+(:func:`~backends.merge.shipped.modeling_deltachip.embedding_rows`,
+:func:`~backends.merge.shipped.modeling_deltachip.head_rows`) gives every bit of the chip's tables;
 or the reason it does not, for the merge to store the tables as they are.
 """
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from backends.chipschema import kind_ids
-from backends.merge.modeling_deltachip import HEAD_CHUNK, embedding_rows, head_rows
-from backends.merge.stfile import Header, OutTensor, Rows
+from backends.chipdir.chipschema import kind_ids
+from backends.chipdir.merged import PLAIN_TABLES, TABLE_TENSORS
+from backends.merge.shipped.modeling_deltachip import HEAD_CHUNK, embedding_rows, head_rows
+from backends.chipdir.stfile import Header, OutTensor, Rows
 
-EMBED = "model.embed_tokens.weight"
-HEAD = "lm_head.weight"
+EMBED, HEAD = PLAIN_TABLES
 #: the stored word of each float dtype, and its torch dtype
 WORDS = {"BF16": (np.uint16, torch.bfloat16, torch.int16),
          "F16": (np.uint16, torch.float16, torch.int16),
@@ -119,10 +119,10 @@ def _embedding(E: Rows, dtype: str) -> list[OutTensor] | str:
         idx = np.searchsorted(palette, E[r:r + CHUNK][:, cols]).astype(np.uint8)
         codes.append(np.packbits(idx, axis=1, bitorder="little") if one_bit else idx)
     code = np.concatenate(codes) if codes else np.zeros((0, 0), np.uint8)
-    out = [_bits_tensor("chip.model.embed_tokens.const", _float32(row0, dtype)),
-           _int_tensor("chip.model.embed_tokens.cols", cols.astype(np.int64), "I64"),
-           _bits_tensor("chip.model.embed_tokens.palette", _float32(palette, dtype)),
-           _int_tensor("chip.model.embed_tokens.codes", code, "U8")]
+    out = [_bits_tensor(_name("model.embed_tokens.const"), _float32(row0, dtype)),
+           _int_tensor(_name("model.embed_tokens.cols"), cols.astype(np.int64), "I64"),
+           _bits_tensor(_name("model.embed_tokens.palette"), _float32(palette, dtype)),
+           _int_tensor(_name("model.embed_tokens.codes"), code, "U8")]
     # the modeling file's own expansion must give every row, bit for bit
     tconst, tcols, tpal, tcode = (torch.from_numpy(np.frombuffer(t.data, dtype=_NP[t.dtype])
                                                    .reshape(t.shape).copy()) for t in out)
@@ -137,6 +137,12 @@ def _embedding(E: Rows, dtype: str) -> list[OutTensor] | str:
 
 
 _NP = {"I32": np.int32, "I64": np.int64, "U8": np.uint8}
+
+
+def _name(tensor: str) -> str:
+    """The stored name of structured table ``tensor`` (one of :data:`TABLE_TENSORS`)."""
+    assert tensor in TABLE_TENSORS, tensor
+    return "chip." + tensor
 _SIGNED = {"BF16": np.int16, "F16": np.int16, "F32": np.int32}
 
 
@@ -167,8 +173,8 @@ def _head(W: Rows, dtype: str, chip: dict[str, Any]) -> list[OutTensor] | str:
             rows.append(d)
     basis = np.stack(rows).astype(np.float32)
     tk = np.array(table, dtype=np.int64)
-    out = [_int_tensor("chip.lm_head.kinds", tk, "I64"),
-           _bits_tensor("chip.lm_head.basis", basis)]
+    out = [_int_tensor(_name("lm_head.kinds"), tk, "I64"),
+           _bits_tensor(_name("lm_head.basis"), basis)]
     tkinds, tbasis = torch.from_numpy(tk), torch.from_numpy(basis.view(np.int32).copy())
     _, tdt, tint = WORDS[dtype]
     for off, nb, n in kinds:

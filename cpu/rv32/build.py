@@ -92,7 +92,7 @@ def load_core(sizes: CoreSizes = FULL) -> Circuit:
 def core_hash(sizes: CoreSizes = FULL) -> str:
     """A digest of what goes into the compiled core's weights: the core's source files
     (cpu/rv32/*.hdl, the stdlib), its sizes, and the compiler that turns them into weights
-    (:func:`compiler_files`: ``backends.compiler``, the elaborator and every project module
+    (:func:`compiler_files`: ``backends.compile.pipeline``, the elaborator and every project module
     they import, the grammar beside them). Engines and tools that only run or read a checkpoint are not in
     it, so editing them keeps the cached core."""
     h = hashlib.sha256(sizes.name.encode())
@@ -106,13 +106,13 @@ _PACKAGES = ("common", "hdl", "backends")
 #: Modules the import closure reaches that only run or read circuits and checkpoints (the
 #: simulator's evaluators and their C build, the engines): never followed, never hashed.
 _RUN_ONLY = {"hdl/sim/simulator.py", "hdl/sim/engines.py", "hdl/sim/cbuild.py",
-             "hdl/sim/waveform.py", "hdl/sim/modules.py", "backends/hf_engine.py",
-             "backends/check.py"}
+             "hdl/sim/waveform.py", "hdl/sim/modules.py", "backends/engines/hf.py",
+             "backends/verify/check.py"}
 
 
 @lru_cache(maxsize=1)
 def compiler_files() -> list[Path]:
-    """The source files of ``backends/compiler.py`` and ``hdl/frontend.py`` (what elaborates
+    """The source files of ``backends/compile/pipeline.py`` and ``hdl/frontend.py`` (what elaborates
     the core) and of every project module they import, directly or not (each file's
     ``import``/``from`` statements, function-local ones included), with the ``.lark``
     grammars of the packages it reaches; sorted.
@@ -122,7 +122,7 @@ def compiler_files() -> list[Path]:
     holds (:func:`_closure_holds`): the same bytes in every file read, the same answer from
     every path asked about, the same grammars beside them. Else it is found again (a
     damaged or stale record named on stderr) and the record written anew."""
-    from backends.fast import records
+    from backends.engines.fast import records
     path = closure_record()
     if path is None:
         return _closure()[0]
@@ -182,7 +182,7 @@ def _closure() -> tuple[list[Path], dict]:
         if k not in asked:
             asked[k] = p.is_file()
         return asked[k]
-    todo = [_ROOT / "backends" / "compiler.py", _ROOT / "hdl" / "frontend.py"]
+    todo = [_ROOT / "backends" / "compile" / "pipeline.py", _ROOT / "hdl" / "frontend.py"]
     while todo:
         f = todo.pop()
         if f in seen or _rel(f) in _RUN_ONLY:

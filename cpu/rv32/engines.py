@@ -1,6 +1,6 @@
 """The core's engines for ``deltachip run``: ``sim`` (the core's HDL in the reference
 simulator), ``hf`` (the compiled core in transformers' own Qwen3.5 modules) and ``fast``
-(the same compiled core on the fast engine, :mod:`backends.fast`).
+(the same compiled core on the fast engine, :mod:`backends.engines.fast`).
 
 Both load a program with :mod:`cpu.rv32.loader`, run the core one token per step, read the
 token stream with :class:`cpu.rv32.protocol.TraceReader`, and return a
@@ -16,7 +16,7 @@ a disagreement is listed in ``wb_mismatches``.
 The compiled core (``hf``, ``fast``) is cached per (core source hash, sizes, target, dtype)
 under ``$DELTACHIP_CACHE/cores`` (default ``~/.cache/deltachip/cores``): only the first run
 compiles. Every use checks the entry against the digests it was written with
-(:mod:`backends.manifest`; a stamp spares hashing files that have not changed) and rebuilds
+(:mod:`backends.chipdir.manifest`; a stamp spares hashing files that have not changed) and rebuilds
 a damaged one; a problem the cache cannot mend is a :class:`CoreCacheError` that names the
 entry ("the cached core at PATH") and what to do (docs/cpu.md, "The core cache"). A fast run
 reads the entry's chip.json from its run record beside it (:data:`RUN_CHIP`), and the core's
@@ -55,7 +55,7 @@ from cpu.rv32.protocol import (FAULT, FIX, HALF, IN, JUMP, TEXT, WANT, InputFeed
 from hdl.ir import Token
 
 if TYPE_CHECKING:
-    from backends.emit import Emission
+    from backends.compile.emit import Emission
     from hdl.ir import Circuit
 
 _WIDTH = {0: 1, 1: 2, 2: 4, 4: 1, 5: 2}
@@ -240,7 +240,7 @@ def cache_root() -> Path:
 
 
 #: a core cache entry's record of its chip.json without the sections running does not read
-#: (:func:`backends.engine.run_chip`), kept beside its weights and removed with them
+#: (:func:`backends.engines.base.run_chip`), kept beside its weights and removed with them
 RUN_CHIP = "run-chip.json"
 
 #: table ROM images baked into a core (its text vocabulary: cpu/rv32/loader.text_tables)
@@ -267,9 +267,9 @@ def _entry_suffix(sizes: CoreSizes, target: str, dtype: str,
     """The part of a cache entry's name after ``rv32-HASH-``: sizes, target, dtype, and a
     digest of the text vocabulary's table images when there are some. A target
     read from a config file is named by its file's stem and a digest of the shapes it gives
-    (every field of :class:`backends.target.Target` but its name), so two configs that
+    (every field of :class:`backends.chipdir.target.Target` but its name), so two configs that
     share a file name, or one named like a built-in target, never share an entry."""
-    from backends.target import COMPACT, QWEN35_4B, get_target
+    from backends.chipdir.target import COMPACT, QWEN35_4B, get_target
     t = get_target(target)
     if t is COMPACT or t is QWEN35_4B:          # a built-in name (get_target reads no file)
         tname = t.name
@@ -305,9 +305,9 @@ def _say(line: str) -> None:
 def entry_problem(entry: Path) -> str | None:
     """What is wrong with the existing cache entry ``entry``, in words, or None when it is
     whole: a directory whose every file matches its manifest
-    (:func:`backends.manifest.problem`, which stamps it once it has been hashed, so the next
+    (:func:`backends.chipdir.manifest.problem`, which stamps it once it has been hashed, so the next
     use hashes only files that changed since)."""
-    from backends import manifest
+    from backends.chipdir import manifest
     if entry.is_symlink() or not entry.is_dir():
         return "it is not a directory"
     return manifest.problem(entry, write_stamp=True)
@@ -322,7 +322,7 @@ def compiled_core(sizes: CoreSizes = FULL, target: str = "compact", dtype: str =
     :func:`entry_problem` is rebuilt (a line on stderr says what was wrong). Once one is
     compiled, the stale entries (:func:`stale_cores`) are removed, each named on stderr.
     ``approve``: called with the core's plan before its weights are built, when it is
-    compiled (see :func:`backends.compiler.compile_to_dir`). ``tables``: images baked into
+    compiled (see :func:`backends.compile.pipeline.compile_to_dir`). ``tables``: images baked into
     the core's table ROMs (a merged base's text vocabulary), an entry of their own.
     CoreCacheError when a damaged entry cannot be moved out of the way or the new one
     cannot be written."""
@@ -374,9 +374,9 @@ def _build(out: Path, sizes: CoreSizes, target: str, dtype: str,
     temporary directory beside it, manifest last, and renames it into place; then it is
     stamped (its files were just hashed for the manifest). CoreCacheError when it cannot
     be written."""
-    from backends import manifest
-    from backends.checkpoint import OutputDirError
-    from backends.compiler import compile_to_dir
+    from backends.chipdir import manifest
+    from backends.chipdir.checkpoint import OutputDirError
+    from backends.compile.pipeline import compile_to_dir
     try:
         baked = {"roms": tables} if tables else {}      # a text vocabulary's table ROMs
         compile_to_dir(load_core(sizes), out, target=target, dtype=dtype, progress=progress,
@@ -392,7 +392,7 @@ def refusal(entry: Path, error: UserError) -> CoreCacheError:
     """The error for a cache entry that passed its digest check but that an engine refused
     (``error``, a ChipDirError meant for a user's own directory): the same reason, worded
     for the cache."""
-    from backends.checkpoint import RECOMPILE
+    from backends.chipdir.checkpoint import RECOMPILE
     detail = str(error).removesuffix(f": {RECOMPILE}")
     return CoreCacheError(f"the cached core at {entry} cannot be loaded ({detail}); remove "
                           f"it (rm -r {entry}) and run again to rebuild it")
@@ -410,16 +410,18 @@ def remove_stale_cores(sizes: CoreSizes = FULL, target: str = "compact",
 
 
 class HFCore(CoreEngine):
-    """The compiled core in transformers (:class:`backends.hf_engine.HFEngine`), one decode
+    """The compiled core in transformers (:class:`backends.engines.hf.HFEngine`), one decode
     call per token, the program's images preloaded into the recurrent state. The core is
     the cache's (:func:`compiled_core`: checked, rebuilt when damaged, a refusal worded for
     the cache), or ``checkpoint``, a directory the user compiled (checked against its
     manifest like any checkpoint, refused with its path, never rebuilt)."""
     name = "hf"
+    #: the class of this engine's core inside a merged checkpoint (set below)
+    merged: type[HFCore]
 
     def __init__(self, image: CoreImage, sizes: CoreSizes = FULL, target: str = "compact",
                  dtype: str = "bf16", checkpoint: Path | None = None):
-        from backends.checkpoint import ChipDirError
+        from backends.chipdir.checkpoint import ChipDirError
         super().__init__(image, sizes)
         self.target = target
         path = Path(checkpoint) if checkpoint else compiled_core(sizes, target, dtype)
@@ -445,7 +447,7 @@ class HFCore(CoreEngine):
         self.nonzero_vocab = self.hf.chip["nonzero_weights"] - self.nonzero_layers
 
     def _load(self, path: Path, dtype: str) -> Any:
-        from backends.hf_engine import HFEngine
+        from backends.engines.hf import HFEngine
         return HFEngine(path, dtype, roms=self.image.images)
 
     def _step(self, tok: Token) -> Token:
@@ -461,18 +463,18 @@ class HFCore(CoreEngine):
 
 class MergedCore(HFCore):
     """The core inside a merged checkpoint (``deltachip merge --firmware``): every token
-    through the whole merged model (:func:`backends.merge.engine.open_merged`: routed to its
+    through the whole merged model (:func:`backends.engines.merged.open_merged`: routed to its
     chip part, or through the stock layout's widened plain model), the run's program
     preloaded."""
     name = "hf"
 
     def _load(self, path: Path, dtype: str) -> Any:
-        from backends.merge.engine import open_merged
+        from backends.engines.merged import open_merged
         return open_merged(path, dtype, roms=self.image.images)
 
 
 class FastCore(HFCore):
-    """The compiled core on the fast engine (:class:`backends.fast.engine.FastEngine`): the
+    """The compiled core on the fast engine (:class:`backends.engines.fast.engine.FastEngine`): the
     same checkpoint as ``hf``, run sparsely in C, bit-identical. Tokens are made in chunks
     by the kernel (no more tokens per chunk than instructions left in the budget, so a run
     stops where the token-by-token loop would) and read back one by one."""
@@ -481,7 +483,7 @@ class FastCore(HFCore):
     CHUNK = 4096
 
     def _load(self, path: Path, dtype: str) -> Any:
-        from backends.fast.engine import FastEngine
+        from backends.engines.fast.engine import FastEngine
         record = path / RUN_CHIP if self.entry is not None else None
         return FastEngine(path, dtype, roms=self.image.images, threads=1, chip_record=record)
 
@@ -500,8 +502,13 @@ class MergedFastCore(FastCore):
     tensors) run by the fast kernel, bit-identical to :class:`MergedCore`."""
 
     def _load(self, path: Path, dtype: str) -> Any:
-        from backends.fast.engine import FastEngine
+        from backends.engines.fast.engine import FastEngine
         return FastEngine(path, dtype, roms=self.image.images, threads=1)
+
+
+#: each engine's core class for the core inside a merged checkpoint (``run --model``)
+HFCore.merged = MergedCore
+FastCore.merged = MergedFastCore
 
 
 def fast_advance(eng: Any, cache: Any, row: int, reader: TraceReader, cur: Token,
@@ -612,12 +619,12 @@ class CoreBatch:
 
 def batch_engine(engine: str, target: str, dtype: str, model: Path | None = None) -> Any:
     """The engine a :class:`CoreBatch` runs its streams on: ``engine`` (hf or fast,
-    :func:`backends.registry.open_engine`) on the cached core for ``target``, or on merged
+    :func:`backends.engines.registry.open_engine`) on the cached core for ``target``, or on merged
     checkpoint ``model``'s chip; its streams one thread each (a batch runs them side by
     side)."""
-    from backends.registry import open_engine
+    from backends.engines.registry import open_engine
     if model is None:
-        from backends.target import get_target
+        from backends.chipdir.target import get_target
         get_target(target)
         model = compiled_core(FULL, target, dtype)
     return open_engine(engine, model, dtype, threads=1)
@@ -645,8 +652,8 @@ class InputStreams:
         from cpu.emulator import check_input
         self.sizes = FULL
         if model is not None:
-            from backends.merge.engine import core_manifest
-            manifest = core_manifest(Path(model), fast=engine == "fast")
+            from backends.engines.merged import core_manifest
+            manifest = core_manifest(Path(model))
             self.sizes, target = core_sizes(manifest), "merged"
             dtype = dtype or manifest.get("dtype")
         elf = read_elf(path)
@@ -705,15 +712,13 @@ def hf_engine(path: Path, input_text: bytes | None, target: str = "compact",
     core inside the merged checkpoint DIR (either layout) instead (:class:`MergedCore`; the core's
     sizes and dtype are the merge's)."""
     if model is not None:
-        from backends.merge.engine import core_manifest
-        fast = issubclass(engine, FastCore)
-        manifest = core_manifest(Path(model), fast)
+        from backends.engines.merged import core_manifest
+        manifest = core_manifest(Path(model))
         sizes = core_sizes(manifest)
-        core = MergedFastCore if fast else MergedCore
-        return core(load_program(path, input_text, sizes), sizes, target="merged",
+        return engine.merged(load_program(path, input_text, sizes), sizes, target="merged",
                     dtype=dtype or manifest.get("dtype", "bf16"), checkpoint=Path(model))
     dtype = dtype or "bf16"
-    from backends.target import get_target
+    from backends.chipdir.target import get_target
     get_target(target)                  # a bad --target is refused before any work
     image = load_program(path, input_text)
     return engine(image, target=target, dtype=dtype)
@@ -727,7 +732,7 @@ def core_batch(path: Path, inputs: list[bytes], engine: str = "fast", target: st
     ``ElfError("K: why")``, K its 1-based line."""
     sizes = FULL
     if model is not None:
-        from backends.merge.engine import read_manifest
+        from backends.engines.merged import read_manifest
         manifest = read_manifest(Path(model))
         sizes, target = core_sizes(manifest), "merged"
         dtype = dtype or manifest.get("dtype")

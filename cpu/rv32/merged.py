@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from backends.merge.stfile import MergeError
+from backends.chipdir.stfile import MergeError
 
 if TYPE_CHECKING:
-    from backends.emit import Emission
+    from backends.compile.emit import Emission
 
 
 @dataclass
@@ -144,7 +144,7 @@ def load_firmwares(specs: list[str], sizes: Any = None) -> list[Firmware]:
 def core_target(base_config: dict[str, Any], config_path: Path) -> str:
     """The core's target for a base: ``qwen3.5-4b`` when the base has its GDN heads and
     MLP width, else the base's config.json."""
-    from backends.target import QWEN35_4B, target_from_config
+    from backends.chipdir.target import QWEN35_4B, target_from_config
     t = target_from_config(base_config, str(config_path), config_path.name)
     same = all(getattr(t, k) == getattr(QWEN35_4B, k)
                for k in ("d_k", "d_v", "v_per_k", "k_heads", "mlp_width", "conv_kernel",

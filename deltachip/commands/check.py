@@ -2,13 +2,13 @@
 compare it with the simulator, or the fast engine with transformers.
 
 Takes: a directory written by ``deltachip compile`` or ``deltachip merge`` (either layout:
-its chip is checked; every engine opened by :func:`backends.registry.open_engine`), a step count, a dtype, a batch size,
+its chip is checked; every engine opened by :func:`backends.engines.registry.open_engine`), a step count, a dtype, a batch size,
 ``--prefill``, an optional start token, ``--no-lanes``. Gives: every mismatch (position,
 signal, both values) and each row's first diverging residual lane (position, layer,
 sublayer, lane, the HDL signal it carries with its file:line:col) on stdout and a summary
 line; exit 0 only when there are none (1 otherwise; bad input 2,
 including a directory that is missing, corrupt, truncated, from an older format or whose
-config.json does not match its chip.json: see :mod:`backends.checkpoint`).
+config.json does not match its chip.json: see :mod:`backends.chipdir.checkpoint`).
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
-    from backends.check import check_engine, compare_engines, load_engine
+    from backends.verify.check import check_engine, compare_engines, load_engine
     from hdl.sim import parse_token
     if args.steps < 0 or args.batch < 1 or args.mem_every < 1:
         raise UserError("--steps must be >= 0, --batch and --mem-every >= 1")

@@ -4,7 +4,7 @@ Takes: a ``.hdl`` file (its top circuit or ``--top NAME``), a target and a dtype
 line on stdout saying what the circuit would compile to, exit 0; or every rule it breaks
 (the depth rule, the vocabulary limit, the target's budgets, the exactness proof), located
 in the source, exit 2. It runs the checks of ``deltachip compile``
-(:func:`backends.compiler.check_rules`) without building a weight.
+(:func:`backends.compile.pipeline.check_rules`) without building a weight.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backends.compiler import check_rules
+    from backends.compile.pipeline import check_rules
     from deltachip.commands.sim import load_circuit
     circuit = load_circuit(args.file, args.top)
     if not circuit.kinds:

@@ -58,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from deltachip.commands.sim import load_circuit
-    from backends.checkpoint import prepare_output
-    from backends.compiler import compile_to_dir
+    from backends.chipdir.checkpoint import prepare_output
+    from backends.compile.pipeline import compile_to_dir
     from hdl.sim import load_rom_specs
     console = Console(stderr=True)
     prepare_output(args.output)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 def _summary(chip: dict, name: str, args: argparse.Namespace,
              sched: dict | None = None) -> None:
     """The per-layer table, the shapes line and (given the retiming record ``sched`` of
-    :func:`backends.retime.retime`) the lanes line, on stdout."""
+    :func:`backends.compile.retime.retime`) the lanes line, on stdout."""
     from rich.console import Console
     from rich.table import Table
     table = Table(title=f"{name} -> {args.output} ({chip['target']['name']}, {args.dtype})")

@@ -6,7 +6,7 @@ and signal it came from) or ``--source FILE.hdl:LINE`` (the neurons, lanes and k
 that line became, per layer, with totals: where did this line go, at what cost). Gives: the
 answer on stdout, exit 0; a missing or outdated directory, a layer out of range or a file
 the chip does not come from is a UserError (exit 2). Reads chip.json only (its ``trace``
-section, :mod:`backends.trace`).
+section, :mod:`backends.compile.trace`).
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backends.checkpoint import load_chip_json
-    from backends.trace import ChipTrace, parse_source
+    from backends.chipdir.checkpoint import load_chip_json
+    from backends.compile.trace import ChipTrace, parse_source
     where = f"{args.dir}/chip.json"
     if args.source is not None:
         file, line = parse_source(args.source)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from common.kinds import DType
 
 if TYPE_CHECKING:
-    from backends.emit import Emission
+    from backends.compile.emit import Emission
     from backends.merge.base import Base
 
 DESCRIPTION = """Merge a compiled chip into a Qwen3.5 checkpoint (a text one, or a vision-language
@@ -124,8 +124,8 @@ def merge_command(args: argparse.Namespace) -> int:
         from backends.merge.base import read_base
         from backends.merge.bridge import text_vocabulary
         from cpu.rv32.merged import core_for, core_target, load_firmwares
-        from backends.target import get_target
-        from backends.rules import VocabularyError
+        from backends.chipdir.target import get_target
+        from backends.compile.rules import VocabularyError
         base = read_base(args.base)
         target = args.target or core_target(base.config, Path(args.base) / "config.json")
         get_target(target)
@@ -164,8 +164,8 @@ def _room_for_merge(out: Path, base: Base, em: Emission) -> None:
     core too when the core cache is on the same disk: asked before the core's weights are
     built, since a core compiled for a narrow MLP has hundreds of layers and takes minutes."""
     import os
-    from backends.emit import GROUP_EMBED, GROUP_HEAD
-    from backends.merge.stfile import MergeError
+    from backends.compile.emit import GROUP_EMBED, GROUP_HEAD
+    from backends.chipdir.stfile import MergeError
     from common.outputs import disk_folder, disk_shortfall
     from cpu.rv32.engines import cache_root
     layers = sum(em.nbytes(g) for g in em.groups if g not in (GROUP_EMBED, GROUP_HEAD))

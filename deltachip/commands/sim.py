@@ -95,10 +95,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _warn_compile_rules(circuit, path: str) -> None:
     """On stderr, the cheap compile rules the circuit breaks (the depth rule, the vocabulary
-    limit: :mod:`backends.rules`), so a design that simulates is not taken to compile;
+    limit: :mod:`backends.compile.rules`), so a design that simulates is not taken to compile;
     ``deltachip check-rules`` checks them all."""
-    from backends.rules import check_vocabulary
-    from backends.schedule import check_depth_rule
+    from backends.compile.rules import check_vocabulary
+    from backends.compile.schedule import check_depth_rule
     from hdl.diagnostics import CompileError
     for check in (check_vocabulary, check_depth_rule):
         try:

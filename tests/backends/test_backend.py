@@ -2,7 +2,7 @@
 
 Every test compiles a circuit (tests/backends/circuits.py), runs it in transformers'
 Qwen3_5ForCausalLM and compares every position's next token and every memory with
-hdl.sim.Simulator (backends.check)."""
+hdl.sim.Simulator (backends.verify.check)."""
 from __future__ import annotations
 
 import json
@@ -14,13 +14,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
 from hdl.ir import Token  # noqa: E402
 from hdl.sim import Simulator  # noqa: E402
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
@@ -71,8 +70,8 @@ def test_each_batch_row_runs_its_own_images(built, prefill):
     """``roms``: one image per row, over the engine's own. The ROM walk differs with the
     image (three images, three different streams, none the chip's own), so a row that ran
     on any image but its own would diverge from its simulator."""
-    from backends.check import CheckError, check_engine
-    from backends.hf_engine import HFEngine
+    from backends.verify.check import CheckError, check_engine
+    from backends.engines.hf import HFEngine
     eng = HFEngine(built("rom", "bf16"))
     images = [{"table": [(i * k + 5) % 4096 for i in range(40)]} for k in (7, 13, 3)]
     start = Token(0, (1, 0))
@@ -118,7 +117,7 @@ def test_64_bit_words_read_back_unsigned(tmp_path):
 def test_generate_and_from_pretrained(built):
     """The checkpoint is an ordinary model: from_pretrained + generate() runs the counter."""
     from transformers import AutoModelForCausalLM
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     d = built("counter", "bf16")
     model = AutoModelForCausalLM.from_pretrained(str(d))
     assert type(model).__name__ == "Qwen3_5ForCausalLM"
@@ -184,8 +183,8 @@ circuit Calc {
 
 def test_enum_fields_survive_the_checkpoint(tmp_path, capsys):
     """chip.json keeps each field's enum, so `check` reads and prints members by name."""
-    from backends.chipfile import circuit_from_json, circuit_to_json
-    from backends.hf_engine import HFEngine
+    from backends.chipdir.chipfile import circuit_from_json, circuit_to_json
+    from backends.engines.hf import HFEngine
     from deltachip.cli import main
     from hdl.frontend import load_source
     from hdl.sim import format_token

@@ -7,20 +7,18 @@ engine (both kernels, the same token and text) instead of running on with anothe
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from backends.chipfile import circuit_from_json, circuit_to_json
-from backends.compiler import compile_to_dir
+from backends.chipdir.chipfile import circuit_from_json, circuit_to_json
+from backends.compile.pipeline import compile_to_dir
 from hdl.frontend import load_source
 from hdl.ir import Token
 from hdl.sim import Simulator, SimError
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_fast_pykernel import _pair, lockstep  # noqa: E402
+from tests.backends.test_fast_pykernel import _pair, lockstep  # noqa: E402
 
 SRC = """
 circuit C {
@@ -67,8 +65,8 @@ def test_the_simulator_stops_at_a_value_past_the_bound():
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_compiled_tables_have_the_bounded_ids_and_run_as_the_simulator(tmp_path, dtype):
-    from backends.fast.engine import FastEngine
-    from backends.hf_engine import HFEngine
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.hf import HFEngine
     c = circuit()
     compile_to_dir(c, tmp_path / "chip", dtype=dtype)
     chip = json.loads((tmp_path / "chip" / "chip.json").read_text())

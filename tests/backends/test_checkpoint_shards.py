@@ -22,12 +22,11 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
-from backends import checkpoint as ckpt  # noqa: E402
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
+from backends.chipdir import checkpoint as ckpt  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
 from deltachip.cli import main  # noqa: E402
 
 hf_logging.disable_progress_bar()
@@ -327,7 +326,7 @@ def test_interrupted_write_keeps_the_previous_checkpoint(sharded, tmp_path, monk
 def test_each_group_is_freed_before_the_next_is_built(tmp_path, monkeypatch):
     """Bounded memory: when group i+1 is built, no tensor of groups 0..i is alive, and
     shard i was written before then."""
-    import backends.emit as emit
+    import backends.compile.emit as emit
     import safetensors.torch as st
     real_build, real_save = emit.group_tensors, st.save_file
     events: list[str] = []

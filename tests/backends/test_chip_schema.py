@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.checkpoint import RECOMPILE
+from backends.chipdir.checkpoint import RECOMPILE
 from deltachip.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,5 +79,5 @@ def test_bad_chip_json_names_the_field(compiled, tmp_path, capsys, path, value, 
 
 
 def test_unchanged_chip_json_passes_the_schema(compiled):
-    from backends.checkpoint import load_chip_json
+    from backends.chipdir.checkpoint import load_chip_json
     assert load_chip_json(compiled)["format_version"] == 2

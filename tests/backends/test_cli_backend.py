@@ -120,8 +120,8 @@ def test_output_under_a_file_is_refused(tmp_path, capsys):
 
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch, counter_dir):
-    import backends.checkpoint as ckpt
-    from backends.compiler import compile_to_dir
+    import backends.chipdir.checkpoint as ckpt
+    from backends.compile.pipeline import compile_to_dir
     from hdl.frontend import load_circuit
     ck = _copy(counter_dir, tmp_path)
     before = {p.name: p.read_bytes() for p in ck.iterdir()}
@@ -143,7 +143,7 @@ def test_a_disk_without_room_is_refused_before_any_weight_is_built(tmp_path, mon
     """The checkpoint's size is known once it is planned: a disk without room for it is
     refused then, not after minutes of emitting weights (a chip of hundreds of layers)."""
     import shutil as sh
-    from backends import emit
+    from backends.compile import emit
     built = []
     monkeypatch.setattr(emit, "group_tensors", lambda *a: built.append(a))
     monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(10 << 30, 0, 5 << 20))

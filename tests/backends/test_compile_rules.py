@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.rules import MAX_VOCAB
+from backends.compile.rules import MAX_VOCAB
 from deltachip.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
-"""The fast engine (backends/fast) against transformers (engine hf), bit for bit, and the
+"""The fast engine (backends/engines/fast) against transformers (engine hf), bit for bit, and the
 structural facts it verifies at load.
 
 fast = hf: at every position the same next token, every residual dim after every sublayer
-equal and every memory equal (:func:`backends.check.compare_engines`), on the examples and
+equal and every memory equal (:func:`backends.verify.check.compare_engines`), on the examples and
 random circuits (tests/hdl/ir_fuzz.py) in bf16 and fp32, batch 1 and 3; fast = sim through
 ``check_engine`` (tokens, memories, designed lane values). A checkpoint that breaks a fact
 the kernel relies on is refused with the tensor and the fact named.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +19,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import deltachip
-from backends import manifest
-from backends.check import check_engine, compare_engines, load_engine
-from backends.compiler import compile_to_dir
-from backends.fast.engine import FastEngine
-from backends.fast.model import FastRefused
+from backends.chipdir import manifest
+from backends.verify.check import check_engine, compare_engines, load_engine
+from backends.compile.pipeline import compile_to_dir
+from backends.engines.fast.engine import FastEngine
+from backends.engines.fast.model import FastRefused
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_fuzz import fuzz, small_circuit  # noqa: E402
+from tests.backends.test_fuzz import fuzz, small_circuit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = {"counter": ("examples/counter/counter.hdl", None),
@@ -124,7 +122,7 @@ def _tamper(src: Path, dst: Path, edit) -> Path:
 def test_a_checkpoint_that_breaks_a_fact_is_refused(compiled, tmp_path, edit, said):
     """A fact every checkpoint deltachip writes holds, broken: damaged weights, to be
     written again (issue 43: not run on hf instead)."""
-    from backends.checkpoint import ChipDirError
+    from backends.chipdir.checkpoint import ChipDirError
     d = _tamper(compiled("counter", "bf16"), tmp_path / "bad", edit)
     with pytest.raises(ChipDirError) as e:
         FastEngine(d)
@@ -144,7 +142,7 @@ def test_a_value_outside_the_exact_domain_stops_the_stream(compiled, tmp_path):
         g[g != 0] = g[g != 0] / 64
     d = _tamper(compiled("counter", "bf16"), tmp_path / "bad", edit)
     eng = FastEngine(d)
-    from backends.fast.native import FastError
+    from backends.engines.fast.native import FastError
     with pytest.raises(FastError, match=r"layer 0: a silu input outside"):
         check_engine(eng, steps=12)
 
@@ -153,7 +151,7 @@ def test_rows_helpers_and_ballast_constants(tmp_path):
     """The CSR helpers the kernel's per-output constants are built from, and the refusal of
     a ballast contribution that fp32 cannot hold exactly."""
     import numpy as np
-    from backends.fast import model as fm
+    from backends.engines.fast import model as fm
     a = (np.array([0, 2, 2, 3]), np.array([0, 5, 1], dtype=np.int32),
          np.array([1.0, 2.0, 3.0], dtype=np.float32))
     b = (np.array([0, 1]), np.array([4], dtype=np.int32), np.array([4.0], dtype=np.float32))
@@ -180,7 +178,7 @@ def test_memo_groups_are_the_small_connected_parts_past_the_ballast():
     """memo_groups: inputs 2 and 3 alone reach outputs 0..39 (80 weights): a group; input 4
     reaches two outputs (too few weights to be worth a lookup); inputs 5..21 form one chain
     of 17 (too many inputs); the ballast input 0 reaches everything and is left out."""
-    from backends.fast.model import MAX_GROUP_INPUTS, Csc, memo_groups
+    from backends.engines.fast.model import MAX_GROUP_INPUTS, Csc, memo_groups
     assert MAX_GROUP_INPUTS == 16
     cols: dict[int, list[int]] = {0: list(range(100)), 2: list(range(40)),
                                   3: list(range(40)), 4: [40, 41]}

@@ -1,4 +1,4 @@
-"""The fast engine's stop messages (backends/fast/errors.py), golden: a stream stopped on a
+"""The fast engine's stop messages (backends/engines/fast/errors.py), golden: a stream stopped on a
 value every deltachip checkpoint keeps exact says how to tell damaged weights from a wrong
 engine (`deltachip check DIR`) and what helps in each case; it never sends a damaged
 checkpoint to another engine unasked."""
@@ -12,9 +12,9 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import deltachip
-from backends import manifest
-from backends.check import check_engine
-from backends.fast.errors import REASONS, FastError, message
+from backends.chipdir import manifest
+from backends.verify.check import check_engine
+from backends.engines.fast.errors import REASONS, FastError, message
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_an_input_id_outside_the_vocabulary_is_the_input_s():
 def test_a_damaged_weight_stops_the_stream_with_the_directory_named(tmp_path):
     """A weight changed consistently with the digests (gate pre-activations scaled into
     silu's inexact range): the stop names the checkpoint to check."""
-    from backends.fast.engine import FastEngine
+    from backends.engines.fast.engine import FastEngine
     d = tmp_path / "chip"
     deltachip.compile(deltachip.load(ROOT / "examples/counter/counter.hdl"),
                       target="compact", dtype="bf16").save(tmp_path / "good")

@@ -1,4 +1,4 @@
-"""The fast engine's stored sparse form (backends/fast/stored.py): made once, then mapped.
+"""The fast engine's stored sparse form (backends/engines/fast/stored.py): made once, then mapped.
 
 Loaded from the stored form the model equals the one made from the checkpoint, array for
 array, and runs the same tokens and memories (and the same as transformers); a user's
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import deltachip
-from backends import manifest
-from backends.check import compare_engines, load_engine
-from backends.fast import model as fmodel, stored
-from backends.fast.engine import FastEngine
+from backends.chipdir import manifest
+from backends.verify.check import compare_engines, load_engine
+from backends.engines.fast import model as fmodel, stored
+from backends.engines.fast.engine import FastEngine
 from common.outputs import temp_name_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def _damage_cases():
 
     def metadata(f: Path) -> str:           # valid safetensors, not a model this code reads
         from safetensors.numpy import load_file, save_file
-        from backends.merge.stfile import read_header
+        from backends.chipdir.stfile import read_header
         md = read_header(f).metadata
         arrays = load_file(str(f))
         del arrays["nf"]

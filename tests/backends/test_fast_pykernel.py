@@ -1,4 +1,4 @@
-"""The fast engine's numpy kernel (backends/fast/pykernel.py) against its C kernel, bit for bit,
+"""The fast engine's numpy kernel (backends/engines/fast/pykernel.py) against its C kernel, bit for bit,
 and the choice between them.
 
 Step by step on the examples and random circuits (tests/hdl/ir_fuzz.py), bf16 and fp32: the
@@ -16,18 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.compiler import compile_to_dir
-from backends.fast import model as fmodel
-from backends.fast import native
-from backends.fast.engine import FastEngine
-from backends.fast.native import FastError, Native, make_kernel
-from backends.fast.pykernel import PyKernel
+from backends.compile.pipeline import compile_to_dir
+from backends.engines.fast import model as fmodel
+from backends.engines.fast import native
+from backends.engines.fast.engine import FastEngine
+from backends.engines.fast.native import FastError, Native, make_kernel
+from backends.engines.fast.pykernel import PyKernel
 from common.errors import UserError
 from hdl.sim import cbuild
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_fast_engine import EXAMPLES, compiled  # noqa: E402,F401
-from test_fuzz import small_circuit  # noqa: E402
+from tests.backends.test_fast_engine import EXAMPLES, compiled  # noqa: E402,F401
+from tests.backends.test_fuzz import small_circuit  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -228,7 +227,7 @@ def test_without_a_c_build_the_engine_runs_the_python_kernel_and_says_so_once(
     if isinstance(exc, cbuild.BuildError):
         return
     # the engine on the Python kernel: what it does on C, batch 2 on threads
-    from backends.check import compare_engines
+    from backends.verify.check import compare_engines
     monkeypatch.undo()
     ref = FastEngine(d)
     assert isinstance(ref.native, Native)
@@ -306,7 +305,7 @@ def _c_spmv(c, bias, h, nz):
 
 
 def test_sums_keep_kernel_c_order():
-    from backends.fast import pykernel as pk
+    from backends.engines.fast import pykernel as pk
     rng = np.random.default_rng(11)
     for trial in range(60):
         n_in, n_out = int(rng.integers(1, 40)), int(rng.integers(1, 30))
@@ -350,7 +349,7 @@ def _csr(w):
 
 def test_bf16_rounding_is_kernel_c_rbf16():
     import torch
-    from backends.fast.pykernel import _rbf16
+    from backends.engines.fast.pykernel import _rbf16
     u = np.random.default_rng(2).integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
     u = np.concatenate([u, np.array([0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x7F7F8000, 0x8000,
                                      0x18000, 0x80000000, 0x7F800001, 0xFFFFFFFF], np.uint32)])
@@ -401,7 +400,7 @@ def _c_argmax(m, h):
 def test_argmax_is_kernel_c_argmax(compiled):
     """On the final norm's outputs of a real stream, jiggled off their exact values, and on
     random ones (no clear winner): the same id, or the same refusal and margin."""
-    from backends.fast import pykernel as pk
+    from backends.engines.fast import pykernel as pk
     m = fmodel.load(compiled("stack_machine", "bf16"), "bf16")
     py = PyKernel(m)
     rng = np.random.default_rng(4)

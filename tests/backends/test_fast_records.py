@@ -1,9 +1,9 @@
 """What a second run keeps from the first, checked before use (issue 41: a second `deltachip
-run` in two seconds): the records of backends/fast/records.py (whole and for the same
-inputs, else named and made again), chip.json's run record (:func:`backends.engine.run_chip`:
+run` in two seconds): the records of backends/engines/fast/records.py (whole and for the same
+inputs, else named and made again), chip.json's run record (:func:`backends.engines.base.run_chip`:
 keyed on chip.json's digest in the manifest, the engine it gives equal to one that read
 chip.json whole), and the ROM images' recurrent state made in numpy, equal bit for bit to
-the compiler's torch rows (:func:`backends.emit.rom_state`). The core's own: tests/cpu/
+the compiler's torch rows (:func:`backends.chipdir.memory.rom_state`). The core's own: tests/cpu/
 test_core_run_load.py."""
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 
 import deltachip
-from backends import engine as chip_engine, manifest
-from backends.checkpoint import ChipDirError, load_chip_json
-from backends.emit import rom_state
-from backends.engine import RUN_OMITS, _NumView, _ProgView, rom_state_np, run_chip
-from backends.fast import records, stored
-from backends.fast.engine import FastEngine
+from backends.chipdir import manifest
+from backends.engines import base as chip_engine
+from backends.chipdir.checkpoint import ChipDirError, load_chip_json
+from backends.chipdir.memory import rom_state
+from backends.chipdir.memory import NumView, ProgView, rom_state_np
+from backends.engines.base import RUN_OMITS, run_chip
+from backends.engines.fast import records, stored
+from backends.engines.fast.engine import FastEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -191,7 +193,7 @@ def _random_images(chip: dict, seed: int) -> dict[str, list[int]]:
 def assert_rom_states_equal(chip: dict, images: dict[str, list[int]]) -> int:
     """numpy's rows equal the compiler's torch rows, bit for bit, for every memory of
     ``chip`` with an image in ``images`` (and the paired ones); how many rows compared."""
-    prog, num = _ProgView(chip), _NumView(chip["numerics"])
+    prog, num = ProgView(chip), NumView(chip["numerics"])
     n = 0
     for name, m in chip["memories"].items():
         words = images.get(name, [])
@@ -220,7 +222,7 @@ def test_the_rom_state_in_numpy_is_the_compilers(compiled, seed):
 def test_the_fast_engine_preloads_the_rows_hf_preloads(compiled):
     """The fast engine's cache holds the numpy rows where hf's holds the torch ones: the
     same recurrent state, layer by layer."""
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     chip = load_chip_json(compiled)
     images = _random_images(chip, 2)
     images = {k: v for k, v in images.items() if chip["memories"][k]["kind"] == "rom"} or images

@@ -5,19 +5,17 @@ Default run: a handful of examples; ``-m slow`` runs many more."""
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "hdl"))
-import ir_fuzz  # noqa: E402
+from tests.hdl import ir_fuzz  # noqa: E402
 
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
-from backends.schedule import DepthRuleError  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
+from backends.compile.schedule import DepthRuleError  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
@@ -31,7 +29,7 @@ def small_circuit(seed: int, transparent: float = 0.0):
                                transparent=transparent)
     if c.vocab_size > 4096:
         return None, None, None
-    from backends.schedule import check_depth_rule
+    from backends.compile.schedule import check_depth_rule
     try:
         check_depth_rule(c)
     except DepthRuleError:

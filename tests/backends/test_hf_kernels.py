@@ -1,4 +1,4 @@
-"""backends.hf_kernels: the fp32 GDN convolutions give transformers' own bits, the self-check
+"""backends.engines.hf_kernels: the fp32 GDN convolutions give transformers' own bits, the self-check
 refuses replacements that do not, and the hf engine runs them with unchanged logits.
 
 The originals are transformers' ``causal_conv1d_update`` / ``causal_conv1d_fn`` on this
@@ -17,13 +17,12 @@ import torch
 import torch.nn.functional as F
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
 from hdl.ir import Token  # noqa: E402
-from backends import hf_kernels as hk  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
-from backends.hf_engine import HFEngine  # noqa: E402
+from backends.engines import hf_kernels as hk  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
+from backends.engines.hf import HFEngine  # noqa: E402
 
 ORIG = hk.originals(qwen)
 #: data kinds; every one but "outside" lies in the range where the fp32 conv runs
@@ -35,7 +34,7 @@ AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 def data(kind: str, dtype: torch.dtype, batch: int, channels: int = 192, steps: int = 16,
          kernel: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """([B, C, T] x, [C, K] w, [B, C, K] state) of ``kind``: normals, normals scaled by
-    2^-24..2^24, or :func:`backends.hf_kernels.check_data` (in range, or ``outside`` it)."""
+    2^-24..2^24, or :func:`backends.engines.hf_kernels.check_data` (in range, or ``outside`` it)."""
     if kind in ("adversarial", "outside"):
         return hk.check_data(dtype, channels, batch, steps, kernel, kind == "outside", seed)
     g = torch.Generator().manual_seed(seed)
@@ -74,9 +73,9 @@ def test_prefill_with_cached_left_context():
 def test_bits_on_the_avx2_fallback():
     """The same comparisons where the originals run torch's slow bf16 path (the one
     hf_kernels replaces in practice), and that path is detected as slow."""
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-            "import torch, test_hf_kernels as t\n"
-            "from backends import hf_kernels as hk\n"
+    code = ("import torch\n"
+            "import tests.backends.test_hf_kernels as t\n"
+            "from backends.engines import hf_kernels as hk\n"
             "assert hk.bf16_conv_slow(), 'torch still runs bf16 convolutions in oneDNN'\n"
             "assert hk.self_check(t.qwen.__name__) is None, hk.self_check(t.qwen.__name__)\n"
             "for kind in t.KINDS:\n"

@@ -1,4 +1,4 @@
-"""Lane-level checking (backends.lanemap, backends.check): every live residual lane after
+"""Lane-level checking (backends.compile.lanemap, backends.verify.check): every live residual lane after
 every sublayer equals its designed value, and the check bites where the token-level check
 does not.
 
@@ -16,16 +16,16 @@ import pytest
 from safetensors.torch import load_file, save_file
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
 from hdl.frontend import load_circuit  # noqa: E402
 from hdl.ir import Token  # noqa: E402
-from backends import emit, manifest  # noqa: E402
-from backends.check import check_dir, check_engine  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
-from backends.hf_engine import HFEngine  # noqa: E402
-from backends.lanemap import LaneMap  # noqa: E402
+from backends.chipdir import manifest  # noqa: E402
+from backends.compile import emit  # noqa: E402
+from backends.verify.check import check_dir, check_engine  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
+from backends.engines.hf import HFEngine  # noqa: E402
+from backends.compile.lanemap import LaneMap  # noqa: E402
 
 hf_logging.disable_progress_bar()
 

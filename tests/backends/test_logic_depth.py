@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from transformers.utils import logging as hf_logging
 
-from backends.check import check_dir
-from backends.compiler import compile_to_dir
-from backends.lower import Lowerer
-from backends.schedule import schedule
-from backends.target import get_target
+from backends.verify.check import check_dir
+from backends.compile.pipeline import compile_to_dir
+from backends.compile.lower import Lowerer
+from backends.compile.schedule import schedule
+from backends.chipdir.target import get_target
 from hdl.frontend import load_source
 from hdl.ir import Token
 
@@ -165,9 +165,9 @@ def test_byte_cells_are_decode_only_where_fp32_prefill_is_inexact(tmp_path):
     """At d_k = 128 a large ROM takes byte cells by default only in bf16; asked for in fp32
     (``byte_cells=True``), the proof holds for decode and records that chunked prefill would
     not read them exactly."""
-    from backends.exact import prove
-    from backends.emit import choose_numerics
-    from backends.schedule import byte_cells_exact
+    from backends.compile.exact import prove
+    from backends.compile.emit import choose_numerics
+    from backends.chipdir.memory import byte_cells_exact
     src = ROM_SRC.replace(' = "big.hex"', "").replace("u16[1024]", "u32[65536]")
     c = load_source(src, "r.hdl")
     tgt = get_target("qwen3.5-4b")
@@ -175,7 +175,7 @@ def test_byte_cells_are_decode_only_where_fp32_prefill_is_inexact(tmp_path):
     assert schedule(c, tgt, byte_cells=False).mems["big"].cell == 1
     p = schedule(c, tgt)
     assert p.mems["big"].cell == 8 and p.mems["big"].kheads == 17     # 130 at 1 bit per cell
-    from backends import lanes
+    from backends.compile import lanes
     lanes.allocate(p)
     assert prove(p, choose_numerics(p), "bf16").prefill
     fp32 = prove(p, choose_numerics(p), "fp32")
@@ -186,7 +186,7 @@ def test_an_fp32_byte_cell_chip_at_dk128_decodes_exactly_and_refuses_prefill(tmp
     """Compiled so (qwen3.5-4b shapes, fp32, byte cells), the chip equals the simulator at
     every position in decode, and prefill is refused with the reason, not run inexactly."""
     import random
-    from backends.hf_engine import ChipDirError
+    from backends.engines.hf import ChipDirError
     rng = random.Random(9)
     (tmp_path / "big.hex").write_text("\n".join(f"{rng.getrandbits(32):08x}" for _ in range(4096)))
     (tmp_path / "r.hdl").write_text(ROM_SRC.replace("u16[1024]", "u32[4096]"))
@@ -208,8 +208,7 @@ def test_an_operation_wider_than_the_mlp_is_split_over_layers(tmp_path, dtype):
     24 it takes layer 1's room and the rest of it in layer 2 (two lanes summed), exact."""
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
-    import circuits
+    from tests.backends import circuits
     src = circuit(CASES["xor32"][0])
     wide = schedule(load_source(src), get_target(circuits.config_target(tmp_path / "w.json")))
     assert {L: len(n) for L, n in wide.mlp.items()} == {0: 1, 1: 34}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import deltachip
-from backends.compiler import check_rules
+from backends.compile.pipeline import check_rules
 from hdl.frontend import load_source
 
 #: one line of each chain: x{i} from x{i-1} (u8, from a RAM read) or b{i} from b{i-1} (u1)
@@ -47,7 +47,7 @@ def wide_sum(n: int) -> str:
 
 @pytest.mark.parametrize("shape", sorted(STEPS))
 def test_5000_node_chains_follow_every_rule(shape):
-    """Used to die with RecursionError in backends/lower.py (add, sub: 1,000 lines; not: a
+    """Used to die with RecursionError in backends/compile/lower/ (add, sub: 1,000 lines; not: a
     NOT of a NOT nested a call per line) or an "internal" pre-activation error (sub, nand)."""
     c = load_source(chain(shape, 5000), f"{shape}.hdl")
     assert len(c.nodes) > 5000

@@ -2,7 +2,7 @@
 
 Every stdlib module (behind its token wrapper, tests/backends/wrappers.py) and every example
 (examples/*/) is compiled for each target and run in transformers' Qwen3.5 modules against
-the reference simulator (``backends.check``): every position's next token, every memory and,
+the reference simulator (``backends.verify.check``): every position's next token, every memory and,
 after every sublayer, every live residual lane must match, in bf16 and fp32, decode and
 prefill, batch 1 and 4.
 
@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import wrappers  # noqa: E402
+from tests.backends import wrappers  # noqa: E402
 
-from backends.check import PREFILL_CHUNK  # noqa: E402
+from backends.verify.check import PREFILL_CHUNK  # noqa: E402
 from hdl.ir import Circuit, Token  # noqa: E402
 
 hf_logging.disable_progress_bar()
@@ -96,7 +94,7 @@ def compiled(tmp_path_factory):
     module; a compile error is kept and raised again for every case that needs it.
     Directories are up to a few GB each for qwen3.5-4b, so only the current circuit's are
     kept (cases run circuit by circuit): compiling another circuit deletes the others'."""
-    from backends.compiler import compile_to_dir
+    from backends.compile.pipeline import compile_to_dir
     cache: dict[tuple[str, str, str], tuple[Path, Circuit] | BaseException] = {}
 
     def get(cid: str, target: str, dtype: str) -> tuple[Path, Circuit]:
@@ -142,7 +140,7 @@ def _cases():
 
 @pytest.mark.parametrize("cid,target,dtype,mode,batch", list(_cases()))
 def test_matrix(compiled, cid, target, dtype, mode, batch):
-    from backends.check import check_dir
+    from backends.verify.check import check_dir
     path, c = compiled(cid, target, dtype)
     cheap = (target, dtype, mode, batch) in CHEAP
     steps = STEPS.get(cid, DEFAULT_STEPS)[0 if cheap else 1]

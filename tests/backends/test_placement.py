@@ -1,16 +1,14 @@
-"""Bank placement (backends/schedule.py, docs/backend.md "Scheduling"): among memories that
+"""Bank placement (backends/compile/schedule.py, docs/backend.md "Scheduling"): among memories that
 could start in the same layer, the ones other memories wait on get its key heads first, then
 the smaller ones; a big memory spans layers anyway."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-import circuits  # noqa: E402
-from backends.schedule import schedule  # noqa: E402
-from backends.target import get_target  # noqa: E402
+from tests.backends import circuits  # noqa: E402
+from backends.compile.schedule import schedule  # noqa: E402
+from backends.chipdir.target import get_target  # noqa: E402
 from hdl.frontend import load_source  # noqa: E402
 
 # `big` (4 key heads: a whole layer of this target) is declared first; `idx` addresses

@@ -1,4 +1,4 @@
-"""The exactness proof returns a record (``backends.exact.Proof``): its figures are the worst
+"""The exactness proof returns a record (``backends.compile.exact.Proof``): its figures are the worst
 cases of the program it proved, chip.json keeps them, ``deltachip compile`` prints them."""
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
-from backends import emit, exact  # noqa: E402
-from backends.chipschema import SchemaError, check_chip  # noqa: E402
-from backends.compiler import compile_circuit, plan_circuit  # noqa: E402
-from backends.numbers import sig_bits  # noqa: E402
+from backends.compile import emit, exact  # noqa: E402
+from backends.chipdir.chipschema import SchemaError, check_chip  # noqa: E402
+from backends.compile.pipeline import compile_circuit, plan_circuit  # noqa: E402
+from backends.chipdir.numbers import sig_bits  # noqa: E402
 from deltachip.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Retiming (backends/retime.py): neurons moved later than ASAP where that frees residual dims.
+"""Retiming (backends/compile/retime.py): neurons moved later than ASAP where that frees residual dims.
 
 What is checked: the pass never adds dims or layers and keeps every read after its write
 (MLP readers, memory inputs, the lm_head); on a circuit built so that ASAP wastes lanes it
@@ -15,18 +15,16 @@ from pathlib import Path
 import pytest
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "hdl"))
-import circuits  # noqa: E402
-import ir_fuzz  # noqa: E402
+from tests.backends import circuits  # noqa: E402
+from tests.hdl import ir_fuzz  # noqa: E402
 
 from hdl.ir import Circuit, Field, Op, Token, TokenKind  # noqa: E402
-from backends import lanes, retime  # noqa: E402
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
-from backends.program import Program  # noqa: E402
-from backends.schedule import DepthRuleError, check_depth_rule, schedule  # noqa: E402
-from backends.target import COMPACT, get_target  # noqa: E402
+from backends.compile import lanes, retime  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
+from backends.compile.program import Program  # noqa: E402
+from backends.compile.schedule import DepthRuleError, check_depth_rule, schedule  # noqa: E402
+from backends.chipdir.target import COMPACT, get_target  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
@@ -153,7 +151,7 @@ def test_never_more_dims_or_layers_and_reads_follow_writes(i):
 def test_random_circuits_stay_legal_and_never_grow():
     """The valid random circuits of seeds 0-299 (schedule and allocate only: no weights).
     Logic that reaches no token or write gets no neurons, and token-only logic a memory
-    reads is a token table (backends.tabulate), so most of these small circuits are shallow
+    reads is a token table (backends.compile.tabulate), so most of these small circuits are shallow
     and only a few give retiming something to move (4 of 300 measured)."""
     seen = moved = 0
     for seed in range(300):
@@ -272,7 +270,7 @@ def test_memory_spread_over_layers_keeps_its_partial_reads(tmp_path):
     read lane receives part of its word in every bank layer, so a dim it reuses must be
     cleared before the first one (test_scale's circuit, small, bit cells; decode and
     prefill)."""
-    from test_scale import scale_circuit
+    from tests.backends.test_scale import scale_circuit
     p = circuits.config_target(tmp_path / "config.json", inter=256, nv=2, dk=16)
     comp = compile_to_dir(scale_circuit(256, 128), tmp_path / "s", target=str(p), dtype="bf16",
                           byte_cells=False)

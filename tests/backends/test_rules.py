@@ -3,21 +3,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
 from hdl.ir import Op, Token  # noqa: E402
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_circuit, compile_to_dir  # noqa: E402
-from backends.lower import LoweringError  # noqa: E402
-from backends.schedule import DepthRuleError  # noqa: E402
-from backends.target import TargetError, get_target  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_circuit, compile_to_dir  # noqa: E402
+from backends.compile.lower import LoweringError  # noqa: E402
+from backends.compile.schedule import DepthRuleError  # noqa: E402
+from backends.chipdir.target import TargetError, get_target  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
@@ -107,10 +105,10 @@ def test_config_target_two_hot_gqa(tmp_path, dk, width):
 
 def test_exactness_prover_names_the_line():
     """A neuron whose pre-activation could exceed +-256 is refused, naming its HDL line."""
-    from backends import emit, exact
-    from backends.program import Form
-    from backends.schedule import schedule
-    from backends.target import COMPACT
+    from backends.compile import emit, exact
+    from backends.compile.program import Form
+    from backends.compile.schedule import schedule
+    from backends.chipdir.target import COMPACT
     c = circuits.counter(8, 9)
     prog = schedule(c, COMPACT)
     num = emit.choose_numerics(prog)
@@ -140,7 +138,7 @@ def test_lane_reuse_keeps_results_exact(tmp_path):
 def test_hidden_width_rule(spec, lanes, widened):
     """The hidden width is n_b * 4^k (exact pre-norms), holds ballast + lanes (and a widened
     merge's base block when one is asked for), and no smaller such width would do."""
-    from backends.target import MAX_BALLAST, is_power_of_4
+    from backends.chipdir.target import MAX_BALLAST, is_power_of_4
     t = get_target(spec)
     if widened:
         t = dataclasses.replace(t, base_hidden=2560)

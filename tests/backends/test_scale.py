@@ -8,8 +8,8 @@ import pytest
 from transformers.utils import logging as hf_logging
 
 from hdl.ir import Circuit, Field, Loc, Memory, Op, Token, TokenKind
-from backends.check import check_dir
-from backends.compiler import compile_to_dir
+from backends.verify.check import check_dir
+from backends.compile.pipeline import compile_to_dir
 
 hf_logging.disable_progress_bar()
 L = Loc("scale.hdl", 1, 1)

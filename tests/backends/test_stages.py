@@ -1,18 +1,16 @@
-"""The pipeline's stages pass typed artefacts (backends/program.py, "Stage artefacts"): each
+"""The pipeline's stages pass typed artefacts (backends/compile/program.py, "Stage artefacts"): each
 stage works on its own copy, so an artefact's program never changes once it exists, and the
 artefacts compose to exactly what ``plan_circuit`` returns."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
-from backends import emit, exact, lanes, retime, schedule  # noqa: E402
-from backends.compiler import plan_circuit  # noqa: E402
-from backends.program import Allocated, Placed, Retimed  # noqa: E402
-from backends.target import get_target  # noqa: E402
+from backends.compile import emit, exact, lanes, retime, schedule  # noqa: E402
+from backends.compile.pipeline import plan_circuit  # noqa: E402
+from backends.compile.program import Allocated, Placed, Retimed  # noqa: E402
+from backends.chipdir.target import get_target  # noqa: E402
 
 
 def _shape(prog):

@@ -13,13 +13,13 @@ from common.errors import UserError
 from hdl.frontend import load_circuit
 from hdl.ir import Op, Token
 from hdl.sim import Simulator
-from backends import tabulate
-from backends.check import check_dir
-from backends.chipfile import circuit_from_json, circuit_to_json
-from backends.compiler import compile_to_dir
-from backends.hf_engine import HFEngine
-from backends.schedule import schedule
-from backends.target import COMPACT
+from backends.compile import tabulate
+from backends.verify.check import check_dir
+from backends.chipdir.chipfile import circuit_from_json, circuit_to_json
+from backends.compile.pipeline import compile_to_dir
+from backends.engines.hf import HFEngine
+from backends.compile.schedule import schedule
+from backends.chipdir.target import COMPACT
 
 #: squares from a table rom of 12 words read at a 4-bit field (12..15 read 0): one read
 #: feeds a RAM's data, one (at another address) only the next token

@@ -1,4 +1,4 @@
-"""Token tables (backends.tabulate): which token-only logic the embedding holds, its values on
+"""Token tables (backends.compile.tabulate): which token-only logic the embedding holds, its values on
 every token id against the simulator, and what it saves (a memory written from it moves up a
 layer) on a compiled, checked chip."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from hdl.frontend import load_source
 from hdl.ir import Op, Token
 from hdl.sim import Simulator
-from backends import tabulate
-from backends.check import check_dir
-from backends.compiler import compile_to_dir
-from backends.schedule import schedule
-from backends.target import COMPACT
+from backends.compile import tabulate
+from backends.verify.check import check_dir
+from backends.compile.pipeline import compile_to_dir
+from backends.compile.schedule import schedule
+from backends.chipdir.target import COMPACT
 
 #: a state RAM written at an address and with data computed from the token alone, and a
 #: next token that also does arithmetic on the token alone

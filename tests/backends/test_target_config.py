@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.exact import ExactnessError
-from backends.target import CONFIG_INTS, TargetError, get_target
+from backends.compile.exact import ExactnessError
+from backends.chipdir.target import CONFIG_INTS, TargetError, get_target
 from deltachip.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_inconsistent_fields(tmp_path, change, message):
 
 @pytest.mark.parametrize("eps", [1e12, 1e30])
 def test_huge_eps_is_refused_at_compile_time(tmp_path, eps):
-    from backends.compiler import compile_circuit
+    from backends.compile.pipeline import compile_circuit
     from hdl.frontend import load_circuit
     spec = _write(tmp_path, {**GOOD, "rms_norm_eps": eps})
     with pytest.raises(ExactnessError) as e:
@@ -109,8 +109,8 @@ def test_huge_eps_is_refused_at_compile_time(tmp_path, eps):
 def test_an_eps_the_proof_accepts_checks_exact(tmp_path, eps):
     """The proof's verdict is the truth: an eps it accepts (0.1 vanishes against this chip's
     mean square 2^22) runs exact in transformers."""
-    from backends.check import check_dir
-    from backends.compiler import compile_to_dir
+    from backends.verify.check import check_dir
+    from backends.compile.pipeline import compile_to_dir
     from hdl.frontend import load_circuit
     comp = compile_to_dir(load_circuit(str(COUNTER)), tmp_path / "ck",
                           _write(tmp_path, {**GOOD, "rms_norm_eps": eps}))
@@ -156,8 +156,8 @@ def test_projection_width_is_bounded(tmp_path):
 
 def test_config_at_the_state_limit_runs(tmp_path):
     """The largest state accepted compiles and checks exact (64 MiB per layer)."""
-    from backends.check import check_dir
-    from backends.compiler import compile_to_dir
+    from backends.verify.check import check_dir
+    from backends.compile.pipeline import compile_to_dir
     from hdl.frontend import load_circuit
     spec = _write(tmp_path, AT_STATE_LIMIT)
     compile_to_dir(load_circuit(str(COUNTER)), tmp_path / "ck", spec)

@@ -1,4 +1,4 @@
-"""The source trace (backends/trace.py) and `deltachip explain`: every neuron, lane and key head
+"""The source trace (backends/compile/trace.py) and `deltachip explain`: every neuron, lane and key head
 of a compiled chip traced to an IR node and its file:line:col, checked against the weights
 themselves; golden `explain` answers on the examples; errors that name the user's signal.
 
@@ -22,9 +22,9 @@ import torch
 from safetensors.torch import load_file
 
 from deltachip import cli
-from backends.compiler import compile_to_dir
-from backends.schedule import DepthRuleError
-from backends.trace import ChipTrace
+from backends.compile.pipeline import compile_to_dir
+from backends.compile.schedule import DepthRuleError
+from backends.compile.trace import ChipTrace
 from hdl.frontend import load_circuit, load_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,10 +227,10 @@ def test_depth_rule_names_an_unnamed_expression_by_place_and_signal(tmp_path, mo
 
 
 def test_exactness_error_names_the_signal():
-    from backends import emit, exact
-    from backends.program import Form
-    from backends.schedule import schedule
-    from backends.target import COMPACT
+    from backends.compile import emit, exact
+    from backends.compile.program import Form
+    from backends.compile.schedule import schedule
+    from backends.chipdir.target import COMPACT
     # (the next token reads `sum`: token-only logic a memory reads would be a table lane)
     c = load_source(DEPTH_SOURCE.replace("mem[mem[tok.Go.a] + 1] <= 1;\n            next = Go(a: tok.Go.a);",
                                          "let sum = tok.Go.a + 3;\n            mem[tok.Go.a] <= 1;\n"
@@ -264,9 +264,8 @@ def test_trace_of_random_circuits_with_memories():
     explained, every MLP row is traced to a real node, and every key head of every memory is
     in the trace (each attributed to its read port, and to the write when there is one)."""
     import random
-    sys.path.insert(0, str(ROOT / "tests" / "hdl"))
-    import ir_fuzz
-    from backends.compiler import chip_record, plan_circuit
+    from tests.hdl import ir_fuzz
+    from backends.compile.pipeline import chip_record, plan_circuit
     from common.errors import UserError
     explained = 0
     for seed in range(40):
@@ -292,8 +291,7 @@ def test_trace_of_random_circuits_with_memories():
 def test_explain_names_a_transparent_ram(tmp_path):
     """`explain --source` at a transparent RAM's declaration says where it is written and,
     on a target with two value heads per key head, that they hold different words."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import circuits
+    from tests.backends import circuits
     src = tmp_path / "tram.hdl"
     src.write_text(circuits.transparent_ram_source(5))
     compile_to_dir(load_circuit(str(src)), tmp_path / "chip",

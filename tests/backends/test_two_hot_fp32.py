@@ -42,14 +42,13 @@ from transformers import DynamicCache, Qwen3_5TextConfig
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
 from transformers.utils import logging as hf_logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import circuits  # noqa: E402
+from tests.backends import circuits  # noqa: E402
 
 from hdl.ir import Circuit, Token  # noqa: E402
 from hdl.sim import Simulator  # noqa: E402
-from backends.check import check_dir  # noqa: E402
-from backends.compiler import compile_to_dir  # noqa: E402
-from backends.hf_engine import HFEngine  # noqa: E402
+from backends.verify.check import check_dir  # noqa: E402
+from backends.compile.pipeline import compile_to_dir  # noqa: E402
+from backends.engines.hf import HFEngine  # noqa: E402
 
 hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()
@@ -433,8 +432,8 @@ def ram_case(tmp_path: Path, dtype: str, transparent: bool, shape: tuple) -> Non
     rows, key heads) is ``shape``; prefill and decode equal the simulator at every position,
     memories read back word for word (check_dir), and in fp32 prefill equals decode bit for
     bit."""
-    from backends.schedule import schedule
-    from backends.target import get_target
+    from backends.compile.schedule import schedule
+    from backends.chipdir.target import get_target
     build = lambda: circuits.ram_circuit(256, 8, 8, transparent=transparent)
     starts = BIG_CHIPS["ram256"][1]
     tgt = dk128_target(tmp_path)
@@ -470,7 +469,7 @@ def test_a_transparent_ram_splits_its_words_over_the_value_heads(tmp_path, dtype
 def fuzz_circuit(seed: int):
     """A random circuit with at least one memory (tests/backends/test_fuzz.py's generator),
     or (None, None, None)."""
-    import test_fuzz
+    from tests.backends import test_fuzz
     c, images, start = test_fuzz.small_circuit(seed)
     if c is None or not c.memories:
         return None, None, None

@@ -178,8 +178,8 @@ def estimated_gb(c: Circuit, target: str, dtype: str = "bf16") -> float:
     projections, embedding and lm_head, plus the trailing attention layer), times
     :data:`BYTES_PER_WEIGHT` for ``dtype``. Returns 0 for targets sized to fit the circuit (compact),
     whose chips are small."""
-    from backends.schedule import schedule
-    from backends.target import get_target
+    from backends.compile.schedule import schedule
+    from backends.chipdir.target import get_target
     t = get_target(target)
     if t.mlp_width is None or t.k_heads is None:
         return 0.0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from backends.check import PREFILL_CHUNK, check_engine
+from backends.verify.check import PREFILL_CHUNK, check_engine
 from cpu import memmap
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL, CoreSizes
@@ -83,7 +83,7 @@ def compare(make: Callable[[], Machine], sizes: CoreSizes = FULL, max_steps: int
 
 
 def check_in_prefill(eng, make: Callable[[], Machine], lanes_below: int = 10**9) -> int:
-    """See the module docstring; ``eng`` is a loaded :class:`backends.hf_engine.HFEngine` of
+    """See the module docstring; ``eng`` is a loaded :class:`backends.engines.hf.HFEngine` of
     the full core; lanes are compared when the stream is shorter than ``lanes_below``."""
     want = make().run(10**7)
     sim = SimCore(image_of(make(), FULL))

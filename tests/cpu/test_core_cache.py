@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import backends.compiler
-from backends import manifest
+import backends.compile.pipeline
+from backends.chipdir import manifest
 from common import cachedir
 from cpu.rv32 import engines
 from cpu.rv32.build import TINY
@@ -41,7 +41,7 @@ def test_compiling_a_core_removes_only_its_stale_entries(tmp_path, monkeypatch, 
         out.mkdir(parents=True, exist_ok=True)
         (out / "chip.json").write_text("{}")
         manifest.write(out, ["chip.json"])
-    monkeypatch.setattr(backends.compiler, "compile_to_dir", fake_compile)
+    monkeypatch.setattr(backends.compile.pipeline, "compile_to_dir", fake_compile)
     assert engines.compiled_core(TINY, "compact", "bf16") == want
     assert not stale.exists()
     assert other_dtype.is_dir() and other_sizes.is_dir() and foreign.is_dir()
@@ -86,7 +86,7 @@ def small_cache(tmp_path, monkeypatch):
     shards: a few KB, in a second) in place of the core; gives the list of entries
     compiled."""
     monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path / "cache"))
-    real = backends.compiler.compile_to_dir
+    real = backends.compile.pipeline.compile_to_dir
     made: list[Path] = []
 
     def compile_small(circuit, out, target, dtype, progress=None, byte_cells=None,
@@ -94,7 +94,7 @@ def small_cache(tmp_path, monkeypatch):
         made.append(out)
         return real(load_circuit(COUNTER), out, target=target, dtype=dtype, single_file_limit=0,
                     approve=approve)
-    monkeypatch.setattr(backends.compiler, "compile_to_dir", compile_small)
+    monkeypatch.setattr(backends.compile.pipeline, "compile_to_dir", compile_small)
     return made
 
 
@@ -221,7 +221,7 @@ def test_a_cache_without_room_is_refused_before_the_weights_are_built(small_cach
     """A core compiled for a narrow target has hundreds of layers: a cache disk without room
     for them is said before they are emitted, in the cache's words."""
     import shutil as sh
-    from backends import emit
+    from backends.compile import emit
     built = []
     monkeypatch.setattr(emit, "group_tensors", lambda *a: built.append(a))
     monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(10 << 30, 0, 0))
@@ -241,8 +241,8 @@ def test_an_entry_an_engine_refuses_is_worded_for_the_cache(tmp_path, monkeypatc
     """An entry that passed its digest check but that the engine refuses: the reason, worded
     for the cache (never "recompile it with deltachip compile"); a fast-engine refusal,
     which rebuilding would not mend, is passed on as it is."""
-    from backends.checkpoint import RECOMPILE, ChipDirError
-    from backends.fast.model import FastRefused
+    from backends.chipdir.checkpoint import RECOMPILE, ChipDirError
+    from backends.engines.fast.model import FastRefused
     from cpu import isa
     from cpu.emulator import Machine
     from cpu.rv32.loader import image_of
@@ -290,7 +290,7 @@ def test_a_core_with_a_text_vocabulary_has_entries_of_its_own(tmp_path, monkeypa
         out.mkdir(parents=True, exist_ok=True)
         (out / "chip.json").write_text("{}")
         manifest.write(out, ["chip.json"])
-    monkeypatch.setattr(backends.compiler, "compile_to_dir", fake_compile)
+    monkeypatch.setattr(backends.compile.pipeline, "compile_to_dir", fake_compile)
     for t in (a, b):
         assert engines.compiled_core(sizes, "compact", "bf16", tables=t) == \
             paths[(a, b).index(t)]

@@ -7,7 +7,7 @@ memory); fast = sim teacher-forced over the ISA suite and the shipped firmware b
 long ones (every position's next token, every memory after every 2,048 positions, every
 designed lane on the short ones); ``deltachip run --engine fast`` on calc equals ``ref``.
 The fast engine here is loaded as ``deltachip run`` loads it, from the entry's stored sparse
-form (backends/fast/stored.py), which equals the model made from the checkpoint array for
+form (backends/engines/fast/stored.py), which equals the model made from the checkpoint array for
 array.
 Slow: the long programs (sieve and the rest); fast = hf on product's first 64 positions at
 qwen3.5-4b shapes (bf16 and fp32) and on compact fp32; at qwen3.5-4b shapes (bf16 and fp32)
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.check import compare_engines, load_engine
-from core_check import check_in_prefill
+from backends.verify.check import compare_engines, load_engine
+from tests.cpu.core_check import check_in_prefill
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL
 from cpu.rv32.engines import SimCore, compiled_core
@@ -57,8 +57,8 @@ def test_fast_equals_hf_on_the_full_core(checkpoint, firmware_elf):
 def test_the_stored_sparse_form_equals_the_checkpoints(checkpoint):
     """The core's fast model mapped from its stored sparse form (made beside the entry's
     weights on its first load) equals the one made from the checkpoint, array for array."""
-    from backends.fast import model as fmodel, stored
-    from backends.fast.engine import FastEngine
+    from backends.engines.fast import model as fmodel, stored
+    from backends.engines.fast.engine import FastEngine
     FastEngine(checkpoint)                  # stores the form, if no load has yet
     assert (checkpoint / stored.BESIDE / stored.WEIGHTS).is_file()
     mapped = FastEngine(checkpoint).model
@@ -80,13 +80,13 @@ def test_fast_runs_firmware(fast, name, firmware_elf):
 
 def test_the_memo_changes_nothing(fast, firmware_elf):
     """The C kernel remembers what the conv takes from each small connected part of
-    in_proj_qkv (backends/fast/kernel.c, memo_get). product through the kernel as it runs,
+    in_proj_qkv (backends/engines/fast/kernel.c, memo_get). product through the kernel as it runs,
     through one whose memos empty themselves at every record (``memo_records=1``), and (its
     first positions) through the numpy kernel, which has no memo: the same next token,
     residual after every sublayer, recurrent state, position and failure at every position.
     The memo is used (it finds records) and the small one holds at most one."""
-    from backends.fast.native import Native
-    from backends.fast.pykernel import PyKernel
+    from backends.engines.fast.native import Native
+    from backends.engines.fast.pykernel import PyKernel
     from tests.backends.test_fast_pykernel import lockstep
     image = load_program(firmware_elf("product"), None)
     nat, small = Native(fast.model), Native(fast.model, memo_records=1)
@@ -238,7 +238,7 @@ def test_hf_batch_equals_fast_batch(build_elf, elf_file):
     """Two inputs as one batch through transformers (one decode call per token for both
     rows) and on the fast engine: the same outputs, instructions and tokens as ``ref``."""
     from cpu.rv32.engines import core_batch
-    from test_run_cli import echo_program
+    from tests.cpu.test_run_cli import echo_program
     elf = echo_program(build_elf, elf_file, exit_code=7)
     inputs = [b"ab", b"xyz!"]
     want = [Machine.from_elf(elf, t).run(1000) for t in inputs]

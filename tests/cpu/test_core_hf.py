@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import pytest
 
-from backends.check import check_engine
+from backends.verify.check import check_engine
 from cpu import isa, memmap
 from cpu.emulator import Machine
-from core_check import check_in_prefill
+from tests.cpu.core_check import check_in_prefill
 from cpu.rv32.build import FULL, TINY
 from cpu.rv32.engines import HFCore, compiled_core
 from cpu.rv32.loader import image_of
@@ -82,7 +82,7 @@ def tiny_checkpoint():
 
 
 def test_hf_equals_sim_per_position(tiny_checkpoint):
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     image = image_of(_machine(), TINY)
     eng = HFEngine(tiny_checkpoint, "bf16", roms=image.images)
     rep = check_engine(eng, steps=100, starts=[image.start], mem_every=16)
@@ -109,7 +109,7 @@ SHORT_FIRMWARE = ["product", "sum", "hello"]
 
 @pytest.fixture(scope="module")
 def full_compact():
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     return HFEngine(compiled_core(FULL, "compact", "bf16"), "bf16")
 
 

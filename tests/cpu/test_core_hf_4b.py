@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.check import check_engine
-from core_check import check_in_prefill
+from backends.verify.check import check_engine
+from tests.cpu.core_check import check_in_prefill
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL
 from cpu.rv32.engines import SimCore, compiled_core
@@ -51,7 +51,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", params=["bf16", "fp32"])
 def engine(request):
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     return HFEngine(compiled_core(FULL, TARGET, request.param), request.param)
 
 
@@ -94,7 +94,7 @@ def test_firmware(engine, tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def bf16_engine():
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     return HFEngine(compiled_core(FULL, TARGET, "bf16"), "bf16")
 
 

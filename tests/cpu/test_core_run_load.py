@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.checkpoint import load_chip_json
+from backends.chipdir.checkpoint import load_chip_json
 from cpu import isa, memmap
 from cpu.emulator import Machine
 from cpu.rv32 import build, engines
@@ -104,8 +104,8 @@ def test_the_found_files_are_those_of_a_fresh_search():
     build.compiler_files.cache_clear()
     assert build.compiler_files() == build._closure()[0]
     names = [str(f.relative_to(ROOT)) for f in build.compiler_files()]
-    assert "backends/compiler.py" in names and "hdl/grammar.lark" in names
-    assert "backends/hf_engine.py" not in names and "backends/engine.py" not in names
+    assert "backends/compile/pipeline.py" in names and "hdl/grammar.lark" in names
+    assert "backends/engines/hf.py" not in names and "backends/engines/base.py" not in names
 
 
 def test_the_record_is_used_while_every_fact_holds(checkout, capfd, monkeypatch):
@@ -127,15 +127,15 @@ def _stale(capfd, record: Path, why: str) -> None:
 def test_a_changed_file_makes_the_record_stale(checkout, capfd):
     _found(checkout)
     record = build.closure_record()
-    f = checkout / "backends" / "lanes.py"
+    f = checkout / "backends" / "compile" / "lanes.py"
     f.write_text(f.read_text() + "\n# a comment\n")
     assert _found(checkout) == _fresh(checkout)
-    _stale(capfd, record, "backends/lanes.py changed")
+    _stale(capfd, record, "backends/compile/lanes.py changed")
     # a new import of a new module: found, and the hash follows it
     (checkout / "backends" / "newmod.py").write_text("X = 1\n")
     f.write_text(f.read_text() + "import backends.newmod\n")
     got = _found(checkout)
-    _stale(capfd, record, "backends/lanes.py changed")
+    _stale(capfd, record, "backends/compile/lanes.py changed")
     assert "backends/newmod.py" in got and got == _fresh(checkout)
     assert _found(checkout) == got and capfd.readouterr().err == ""
 

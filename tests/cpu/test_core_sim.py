@@ -3,15 +3,13 @@ instruction: the ISA suite, every firmware program, calc on several inputs, and
 hypothesis-generated random programs that end in every fault cause."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from core_check import compare  # noqa: E402
+from tests.cpu.core_check import compare  # noqa: E402
 from cpu import isa, memmap  # noqa: E402
 from cpu.emulator import FaultCause, Machine  # noqa: E402
 from cpu.rv32.build import FULL, SMALL, load_core, with_text_ids  # noqa: E402

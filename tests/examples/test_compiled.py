@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_examples import EX, cli
+from tests.examples.test_examples import EX, cli
 
 
 def compile_and_check(tmp_path, name: str, *check_args: str) -> str:

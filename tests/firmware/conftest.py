@@ -7,16 +7,14 @@ a module with a unique name, since other test folders have a ``conftest`` of the
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from firmware import toolchain  # noqa: E402
-from fw_engines import ENGINES  # noqa: E402
+from tests.firmware.fw_engines import ENGINES  # noqa: E402
 
 
 @pytest.fixture(params=ENGINES)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpu.emulator import Machine
-from unicorn_runner import run_elf
+from tests.firmware.unicorn_runner import run_elf
 
 ENGINES = ["unicorn", "emulator"]
 MAX_STEPS = 50_000_000

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calc_oracle import KINDS, batches, big_operands, generate, mutate, oracle
-from fw_engines import Outcome, run_on
+from tests.firmware.calc_oracle import KINDS, batches, big_operands, generate, mutate, oracle
+from tests.firmware.fw_engines import Outcome, run_on
 from firmware import toolchain
 
 

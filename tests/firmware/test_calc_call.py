@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from calc_oracle import KINDS, generate, oracle
+from tests.firmware.calc_oracle import KINDS, generate, oracle
 from cpu.emulator import Machine
 
 

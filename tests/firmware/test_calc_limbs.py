@@ -17,8 +17,8 @@ import random
 
 import pytest
 
-from calc_oracle import batches
-from fw_engines import run_on
+from tests.firmware.calc_oracle import batches
+from tests.firmware.fw_engines import run_on
 
 BASE = 10 ** 4
 
@@ -146,7 +146,7 @@ def test_limb_boundary_sums(firmware_elf, engine, signs):
 def test_power_at_the_digit_limit(firmware_elf, engine):
     """The largest powers calc allows (1024 digits: 2**3401, 3**2145, 10**1023) are exact;
     one more factor is "too big" (exit 3), as the Python oracle says."""
-    from calc_oracle import oracle
+    from tests.firmware.calc_oracle import oracle
     exprs = ["2 ** 3401", "(-2) ** 3401", "3 ** 2145", "10 ** 1023", "2 ** 3402", "10 ** 1024"]
     out = run_on(engine, firmware_elf("calc"), "\n".join(exprs))
     got = out.output.decode().split("\n")[:-1]

@@ -9,7 +9,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from fw_engines import run_on
+from tests.firmware.fw_engines import run_on
 from firmware import toolchain
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from fw_engines import run_on
+from tests.firmware.fw_engines import run_on
 from deltachip.cli import main
 from firmware import toolchain
 from firmware.toolchain import ToolchainError, build
-from unicorn_runner import elf_symbols
+from tests.firmware.unicorn_runner import elf_symbols
 
 
 def write(path: Path, text: str) -> Path:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fw_engines import run_on
+from tests.firmware.fw_engines import run_on
 from firmware import toolchain
 from firmware.isa_tests import generate
 

@@ -56,7 +56,7 @@ def test_flat_10000_term_sum_compiles_and_simulates():
     c = load_source(_sum_circuit(terms))
     out = Simulator(c, backend="python").run(Token(0, (7,)), 1)
     assert out[-1] == Token(1, ((sum(i % 7 for i in range(9_999)) + 7) % 65536,))
-    from backends.compiler import compile_circuit
+    from backends.compile.pipeline import compile_circuit
     assert compile_circuit(c).chip["shapes"]["layers"] >= 1
     c2 = load_source(_sum_circuit(["tok.A.v"] * 10_000))        # 10,000 real adds
     assert Simulator(c2, backend="python").run(Token(0, (7,)), 1)[-1] == Token(1, (70_000 % 65536,))

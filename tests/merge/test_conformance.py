@@ -1,9 +1,9 @@
 """One suite, every engine: the same checks on each engine name
-(:data:`backends.registry.ENGINES`) and each kind of chip directory
-(:data:`backends.registry.KINDS`: compiled, routed merge, stock merge), each engine opened the
-one way there is (:func:`backends.registry.open_engine`).
+(:data:`backends.engines.registry.ENGINES`) and each kind of chip directory
+(:data:`backends.engines.registry.KINDS`: compiled, routed merge, stock merge), each engine opened the
+one way there is (:func:`backends.engines.registry.open_engine`).
 
-Each is checked against the simulator position by position (:func:`backends.check.check_engine`:
+Each is checked against the simulator position by position (:func:`backends.verify.check.check_engine`:
 the token every position predicts, every memory after every step, every live residual
 lane after every sublayer), on small chips by
 default: the counter (registers only) and the stack machine (a ROM, a RAM, a stack), batch 2
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.check import check_engine
-from backends.engine import TokenIdError
-from backends.registry import ENGINES, KINDS, UnknownEngine, directory_kind, open_engine
+from backends.verify.check import check_engine
+from backends.engines.base import TokenIdError
+from backends.engines.registry import ENGINES, KINDS, UnknownEngine, directory_kind, open_engine
 from common.errors import UserError
 
 CHIPS = ("counter", "stack")
@@ -52,6 +52,30 @@ def test_every_engine_on_every_kind_equals_the_simulator(directories, chip, name
     assert rep.ok, rep.problems()
     assert rep.lane_checks > 0
     assert rep.positions >= 2 * 10 and rep.memory_checks == rep.positions   # to its halt
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_run_free_runs_to_the_stop_set_alike(directories, name, kind):
+    """``run`` and ``stop_bitmap`` (the protocol's free-running stream): every engine on
+    every kind emits the ids that hf's decode steps on the compiled chip emit, and ends at
+    the first id of a stop kind (the stack machine's halt), or after ``n`` ids."""
+    import numpy as np
+    ref = open_engine("hf", directories["compiled", "stack"], threads=1)
+    c = ref.circuit
+    halts = [k for k, kind_ in enumerate(c.kinds) if kind_.halt]
+    assert halts
+    want, tid, cache = [], c.token_id(c.start), ref.new_cache(1)
+    while not want or not c.kinds[c.token_from_id(want[-1]).kind].halt:
+        tid = int(ref.decode_step([tid], cache)[0])
+        want.append(tid)
+    eng = open_engine(name, directories[kind, "stack"], threads=1)
+    got = eng.run(eng.new_cache(1), 0, c.token_id(c.start), 10 * len(want),
+                  eng.stop_bitmap(halts))
+    assert got.tolist() == want and len(want) > 10
+    short = eng.run(eng.new_cache(1), 0, c.token_id(c.start), 5, eng.stop_bitmap(halts))
+    assert short.tolist() == want[:5]
+    assert isinstance(short, np.ndarray)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.merge import routed, stfile
+from backends.chipdir import stfile
+from backends.merge import routed
 from backends.merge.routed import merge_routed
-from backends.merge.stfile import MergeError
+from backends.chipdir.stfile import MergeError
 
 
 def _digest(d: Path) -> dict[str, str]:

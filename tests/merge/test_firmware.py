@@ -74,7 +74,7 @@ def test_run_on_the_merged_model_equals_ref(merged_core, fence_elf, capfd, tmp_p
     assert got["target"] == "merged" and got["tokens"] > want.instructions
     assert capfd.readouterr().out == want.output.decode()
     # the checkpoint's own start state (what generate() starts from) holds the program
-    from backends.merge.engine import MergedEngine
+    from backends.engines.merged import MergedEngine
     from cpu.rv32.loader import load_program
     eng = MergedEngine(out, roms=load_program(fence_elf, None, TINY).images)
     mine, stored = eng.new_cache(1), eng.model.chip.new_cache(1)
@@ -87,8 +87,8 @@ def test_fast_on_the_merged_model_equals_hf_and_ref(merged_core, fence_elf, capf
     """`--engine fast --model OUT`: the fast kernel on the merged files' chip part (its
     layers, and the token tables as the merge stored them, structured) gives the merged
     model's own tokens step by step, and ref's outcome."""
-    from backends.fast.engine import FastEngine
-    from backends.merge.engine import MergedEngine
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.merged import MergedEngine
     from cpu.rv32.loader import load_program
     from deltachip.cli import main
     out, _ = merged_core
@@ -154,7 +154,7 @@ def test_a_disk_without_room_for_the_merge_is_said_before_the_core_is_built(
     of its weights is built (minutes), and nothing is compiled or written."""
     import re
     import shutil as sh
-    from backends import emit
+    from backends.compile import emit
     from deltachip.cli import main
     monkeypatch.setenv("DELTACHIP_CACHE", str(tmp_path / "cache"))
     built = []
@@ -178,7 +178,7 @@ def test_the_routed_merge_compiles_the_core_for_the_bases_vocabulary(
     reads bytes)."""
     import cpu.rv32.merged as merged
     from backends.merge.base import read_base
-    from backends.merge.stfile import MergeError
+    from backends.chipdir.stfile import MergeError
     from deltachip.cli import main
     seen = []
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.checkpoint import ChipDirError
+from backends.chipdir.checkpoint import ChipDirError
 from backends.merge import routed
-from backends.merge.engine import check_chip_config, read_manifest
+from backends.engines.merged import check_chip_config, read_manifest
 from backends.merge.routed import merge_routed
-from backends.merge.stfile import MergeError, read_header
+from backends.chipdir.stfile import MergeError, read_header
 from tests.merge.test_errors import _copy, _refused
 
 
@@ -193,7 +193,7 @@ def test_a_base_shard_with_trailing_bytes_is_refused(bases, chips, tmp_path):
 
 
 def test_the_fast_engine_applies_the_same_rules(tmp_path):
-    from backends.fast.weights import Tensors
+    from backends.chipdir.weights import Tensors
     d = tmp_path / "chip"
     d.mkdir()
     f = _st(d / "model.safetensors", {"w": {"dtype": "F32", "shape": [1],
@@ -379,7 +379,7 @@ def test_a_merged_config_edited_past_its_digest_is_named(merged, tmp_path, capfd
     d = _rerecorded(merged("tied", "counter"), tmp_path / "m", "config.json", _set(**changes))
     assert main(["chat", str(d), "--prompt", "x"]) == 2
     assert capfd.readouterr().err == f"{d / 'config.json'}: {said}: merge it again\n"
-    from backends.merge.engine import MergedEngine
+    from backends.engines.merged import MergedEngine
     with pytest.raises(ChipDirError) as e:
         MergedEngine(d)
     assert str(e.value) == f"{d / 'config.json'}: {said}: merge it again"
@@ -392,7 +392,7 @@ def test_a_merged_config_edited_past_its_digest_is_named(merged, tmp_path, capfd
 def test_a_modeling_file_that_fails_to_load_is_named(merged, tmp_path, raised, said):
     """Any error raised while transformers loads the model (its own code, run from the
     model's folder) is named with the folder, not a traceback (class 4)."""
-    from backends.merge.engine import MergedEngine
+    from backends.engines.merged import MergedEngine
 
     def broken(p: Path):
         p.write_text(p.read_text() + f"\nraise {raised}\n")
@@ -419,7 +419,7 @@ def test_a_load_error_names_the_file_transformers_failed_on(merged, tmp_path, re
     import warnings
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from backends.merge.engine import load_error
+    from backends.engines.merged import load_error
     d = _rerecorded(merged("tied", "counter"), tmp_path / "m", rel, edit)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -439,7 +439,7 @@ def test_a_load_error_names_the_file_transformers_failed_on(merged, tmp_path, re
 def test_a_merged_model_s_files_are_checked_before_run_model(merged, tmp_path):
     """`run --model` (the hf engine) checks every file against the manifest's record, as
     chat does: a modeling file edited in place is named before transformers runs it."""
-    from backends.merge.engine import MergedEngine
+    from backends.engines.merged import MergedEngine
     d = _copy(merged("tied", "counter"), tmp_path / "m")
     f = d / "modeling_deltachip.py"
     f.write_text(f.read_text().replace("import copy", "import cop(", 1))
@@ -501,7 +501,7 @@ def test_a_merged_shard_with_a_damaged_header_is_named(merged, tmp_path, capfd):
     """Weight shards are recorded by size only; a byte flipped in one's header reached
     transformers (chat: a traceback). Their headers are read by safetensors' rules first."""
     from deltachip.cli import main
-    from backends.merge.engine import MergedEngine
+    from backends.engines.merged import MergedEngine
     d = _copy(merged("tied", "counter"), tmp_path / "m")
     shard = sorted(d.glob("model-*.safetensors"))[-1]
     data = bytearray(shard.read_bytes())
@@ -555,7 +555,7 @@ def test_chat_checks_the_generation_config(tmp_path, fields, budget, said):
 def test_a_manifest_whose_file_record_is_damaged(merged, tmp_path, files, said):
     """A record that is not an object was taken as no record (an older merge): nothing was
     checked and chat went on (class 3)."""
-    from backends.merge.engine import check_files
+    from backends.engines.merged import check_files
     d = _copy(merged("tied", "counter"), tmp_path / "m")
     _set(files=files)(d / "deltachip.json")
     with pytest.raises(ChipDirError) as e:
@@ -572,7 +572,7 @@ def test_merge_firmware_fp32_whose_tables_cannot_fit_names_the_dtype(bases, tmp_
     token of cpu/rv32/core.hdl to narrow (the compile itself is stood in for: in fp32 it
     takes minutes before the tables are sized); bf16's own refusal passes as it is."""
     import cpu.rv32.merged as merged_mod
-    from backends.rules import VocabularyError
+    from backends.compile.rules import VocabularyError
     from deltachip.cli import main
     from hdl.diagnostics import Diagnostic, Loc
 
@@ -600,7 +600,7 @@ def test_the_fast_engine_s_file_check(merged, tmp_path):
     and size, and the digests of the files it reads (FAST_READS): a file it never opens
     (the merged program's ROM images, the tokenizer) deleted or truncated is named; one
     changed in place is not its concern; one it reads changed in place is named."""
-    from backends.merge.engine import FAST_READS, check_files, read_manifest
+    from backends.engines.merged import FAST_READS, check_files, read_manifest
     src = merged("tied", "counter")
 
     def damaged(name, rel, edit):

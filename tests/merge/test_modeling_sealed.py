@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import backends.merge.modeling_deltachip as shipped
+import backends.merge.shipped.modeling_deltachip as shipped
 
 ALLOWED = {"__future__", "copy", "time", "importlib", "torch", "transformers"}
 
@@ -44,3 +44,17 @@ def test_it_loads_where_deltachip_cannot_be_imported(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=tmp_path, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_its_table_buffers_are_the_format_the_writer_and_the_fast_engine_share():
+    """The structured tables' tensor names and dtypes have one definition
+    (:data:`backends.chipdir.merged.TABLE_TENSORS`); the shipped file, which cannot import
+    it, holds the same as its buffers."""
+    import torch
+    from backends.chipdir.merged import TABLE_TENSORS
+    dtypes = {torch.int32: "I32", torch.int64: "I64", torch.uint8: "U8"}
+    emb = shipped.PackedEmbedding(10, 8, 3, 2, lambda: torch.bfloat16)
+    head = shipped.KindHead(10, 8, 2, 3)
+    got = {f"model.embed_tokens.{n}": dtypes[b.dtype] for n, b in emb.named_buffers()}
+    got |= {f"lm_head.{n}": dtypes[b.dtype] for n, b in head.named_buffers()}
+    assert got == TABLE_TENSORS

@@ -214,7 +214,7 @@ def test_one_tool_twice_is_refused(qwen_bases, tmp_path, capfd):
 
 
 def test_call_tool_names_the_tool():
-    from backends.merge.modeling_deltachip import call_program, call_tool
+    from backends.merge.shipped.modeling_deltachip import call_program, call_tool
     assert call_tool(json.dumps({"arguments": {"name": "x", "code": 'a"b'},
                                  "name": "python"})) == "python"
     assert call_tool(' {"name" : "calc", "arguments": {}}') == "calc"

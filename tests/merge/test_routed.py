@@ -56,7 +56,7 @@ def test_every_base_tensor_is_byte_identical(bases, chips, merged, base):
                                    fo.get_tensor(name).view(torch.uint8).flatten())
     # the chip's tensors under chip.: byte for byte, or (its token tables structured, its
     # mostly-zero layer weights as nonzeros) expanded by the modeling file to the same bits
-    from backends.merge.modeling_deltachip import sparse_weight
+    from backends.merge.shipped.modeling_deltachip import sparse_weight
     sparse = json.loads((out / "config.json").read_text())["chip_sparse"]
     src = chips["counter"] / "model.safetensors"
     with safe_open(str(src), "pt") as fc:
@@ -223,7 +223,7 @@ def test_tokenizer_keeps_text_and_adds_chip_tokens(bases, chips, merged):
 
 
 def _chip_alone(path, dtype):
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     return HFEngine(path, dtype=dtype)
 
 
@@ -260,8 +260,8 @@ def test_fast_engine_on_the_merged_chip_is_the_merged_model(bases, chips, merged
                                                              tmp_path):
     """The fast engine on a merged checkpoint (its chip part, the tables as stored) gives
     the merged model's chip tokens, step by step, and the same memory contents."""
-    from backends.fast.engine import FastEngine
-    from backends.merge.engine import MergedEngine
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.merged import MergedEngine
     if tables == "plain":
         from backends.merge.routed import merge_routed
         out = tmp_path / "plain"
@@ -291,8 +291,8 @@ def test_fast_engine_refuses_damaged_structured_tables(merged, tmp_path, name, c
     by name, never run."""
     import shutil
     from safetensors.torch import load_file, save_file
-    from backends.fast.engine import FastEngine
-    from backends.checkpoint import ChipDirError
+    from backends.engines.fast.engine import FastEngine
+    from backends.chipdir.checkpoint import ChipDirError
     out = tmp_path / "m"
     shutil.copytree(merged("tied", "counter"), out)
     index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from backends.merge.stfile import MergeError
+from backends.chipdir.stfile import MergeError
 from tests.merge.bases import VOCAB
 from tests.merge.conftest import ROOT
 
@@ -36,7 +36,7 @@ def _plain(path, dtype):
 
 def _raw(path):
     """Every tensor of a checkpoint directory as (dtype name, raw numpy array: bytes kept)."""
-    from backends.merge.stfile import read_header
+    from backends.chipdir.stfile import read_header
     from backends.merge.stock import RAW
     out = {}
     for f in sorted(path.glob("*.safetensors")):
@@ -165,7 +165,7 @@ def test_chip_path_is_the_chip_alone(stock, qchips, chip, dtype):
     """Token by token from the start token: the chip's logits are the hf engine's on the chip
     directory (torch.equal), every text logit is far below, and at the end every chip GDN
     state is the engine's while the base's GDN states are still zero (muted)."""
-    from backends.hf_engine import HFEngine
+    from backends.engines.hf import HFEngine
     from backends.merge.stock import chip_cache
     out, _ = stock("tied", chip)
     eng = HFEngine(qchips[chip], dtype=dtype)

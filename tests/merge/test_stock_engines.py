@@ -1,5 +1,5 @@
 """The chip inside a stock merge as an engine: ``hf`` (plain transformers on the widened
-model, :class:`backends.merge.engine.StockEngine`) checked step by step against the
+model, :class:`backends.engines.merged.StockEngine`) checked step by step against the
 hf engine on the chip alone, and ``fast`` (the chip's tensors cut out of the merged files)
 checked step by step against that; a stock merge that disagrees with its chip is refused.
 The RISC-V core with a program in the stock layout, against ``ref``: the slow test at the
@@ -12,7 +12,7 @@ import shutil
 import pytest
 import torch
 
-from backends.checkpoint import ChipDirError
+from backends.chipdir.checkpoint import ChipDirError
 
 STEPS = 40
 
@@ -32,9 +32,9 @@ def test_stock_engine_steps_as_the_chip_alone(stock, qchips, chip, dtype):
     """open_merged on a stock merge runs plain transformers on the widened model; token by
     token it gives what the hf engine gives on the chip's own directory, and the memories
     read back from its chip layers are the same."""
-    from backends.hf_engine import HFEngine
-    from backends.merge.engine import open_merged
-    from backends.merge.engine import StockEngine
+    from backends.engines.hf import HFEngine
+    from backends.engines.merged import open_merged
+    from backends.engines.merged import StockEngine
     out, _ = stock("tied", chip)
     eng = open_merged(out)
     assert isinstance(eng, StockEngine) and eng.dtype_name == dtype
@@ -47,8 +47,8 @@ def test_stock_engine_steps_as_the_chip_alone(stock, qchips, chip, dtype):
 def test_stock_engine_takes_the_runs_own_rom(stock, qchips):
     """Memory images given to the engine replace the merge's (as a program's images do for
     the core): the stack machine runs another program the same on both."""
-    from backends.hf_engine import HFEngine
-    from backends.merge.engine import open_merged
+    from backends.engines.hf import HFEngine
+    from backends.engines.merged import open_merged
     out, _ = stock("tied", "stack")
     alone = HFEngine(qchips["stack"])
     rom = list(alone.roms.values())[0]
@@ -62,8 +62,8 @@ def test_stock_engine_takes_the_runs_own_rom(stock, qchips):
 def test_fast_on_a_stock_merge_equals_hf_on_it(stock, chip):
     """The fast engine reads the chip's tensors cut from the merged files and steps as plain
     transformers does on the whole widened model; memories and states agree at the end."""
-    from backends.fast.engine import FastEngine
-    from backends.merge.engine import open_merged
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.merged import open_merged
     out, _ = stock("untied", chip)
     hf, fast = open_merged(out), FastEngine(out, threads=1)
     ch, cf = hf.new_cache(1), fast.new_cache(1)
@@ -99,8 +99,8 @@ def _copy(out, tmp_path):
      "layout 'wide'; expected one of routed, stock"),
 ])
 def test_a_stock_merge_that_disagrees_with_its_chip_is_refused(stock, tmp_path, edit, says):
-    from backends.fast.engine import FastEngine
-    from backends.merge.engine import open_merged
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.merged import open_merged
     d = _copy(stock("tied", "counter")[0], tmp_path)
     edit(d)
     for make in (open_merged, lambda p: FastEngine(p, threads=1)):
@@ -143,8 +143,8 @@ def test_the_core_in_the_stock_layout_runs_firmware_as_ref(core_stock, capfd):
     """``deltachip run PROG --engine fast|hf --model STOCK_DIR`` prints what ref prints; hf
     (plain transformers on the widened model) and fast agree token by token on the first
     300 tokens."""
-    from backends.fast.engine import FastEngine
-    from backends.merge.engine import open_merged
+    from backends.engines.fast.engine import FastEngine
+    from backends.engines.merged import open_merged
     from cpu.rv32.loader import load_program
     from cpu.rv32.build import FULL
     from deltachip.cli import main

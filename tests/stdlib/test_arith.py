@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 import stdlib_models as M
-from harness import check, edges, evaluate, grid, mixed
+from tests.stdlib.harness import check, edges, evaluate, grid, mixed
 
 U32 = st.integers(0, 2**32 - 1)
 

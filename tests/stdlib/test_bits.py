@@ -8,7 +8,7 @@ import functools
 import pytest
 
 import stdlib_models as M
-from harness import check, grid, mixed, randoms
+from tests.stdlib.harness import check, grid, mixed, randoms
 
 
 def test_mux2_mux4_exhaustive():

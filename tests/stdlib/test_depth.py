@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import load
+from tests.stdlib.harness import load
 from hdl.ir import Circuit, Op
 
 WIRING = frozenset({Op.CONST, Op.INPUT, Op.SLICE, Op.CONCAT, Op.OUTPUT})

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import stdlib_models as M
-from harness import check, evaluate, grid, mixed
+from tests.stdlib.harness import check, evaluate, grid, mixed
 
 NAMES = ["shl", "shr", "sra"]
 
