@@ -54,6 +54,10 @@ class ChipEngine:
 
     #: the engine's name (``--engine``)
     name = "chip"
+    #: whether :meth:`run` free-runs any row of a batch on its own (the fast kernel: rows
+    #: side by side on threads); else it takes a cache of one stream, and a batch is best
+    #: stepped together with :meth:`decode_step`
+    runs_rows_apart = False
 
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None, chip_record: Path | None = None):

@@ -582,7 +582,7 @@ class CoreBatch:
             r = self.readers[b]
             return RunResult(r.exit_code, bytes(r.output[out0[b]:]), r.instructions - n0[b],
                              r.fault, None, timed_out=not r.done)
-        if self.name == "fast":
+        if self.eng.runs_rows_apart:
             def one(b: int) -> None:
                 self.cur[b] = fast_advance(self.eng, self.cache, b, self.readers[b], self.cur[b],
                                            max_steps, feed=self.feeds[b])

@@ -182,3 +182,10 @@ circuit tram {{
     next = T(a: a + {aw}'d{step} + zext(rb[0], {aw}), d: ra ^ rb ^ (tok.T.d + {w}'d1));
 }}
 """
+
+
+#: the examples the engine tests compile: source, and a start token other than the
+#: circuit's own (None: its own)
+EXAMPLES = {"counter": ("examples/counter/counter.hdl", None),
+            "gcd": ("examples/gcd/gcd.hdl", "Step a=144 b=233"),
+            "stack_machine": ("examples/stack_machine/stack_machine.hdl", None)}

@@ -18,34 +18,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import deltachip
 from backends.chipdir import manifest
 from backends.verify.check import check_engine, compare_engines, load_engine
 from backends.compile.pipeline import compile_to_dir
 from backends.engines.fast.engine import FastEngine
 from backends.engines.fast.model import FastRefused
 
-from tests.backends.test_fuzz import fuzz, small_circuit  # noqa: E402
+from tests.backends.circuits import EXAMPLES
+from tests.backends.test_fuzz import fuzz, small_circuit
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = {"counter": ("examples/counter/counter.hdl", None),
-            "gcd": ("examples/gcd/gcd.hdl", "Step a=144 b=233"),
-            "stack_machine": ("examples/stack_machine/stack_machine.hdl", None)}
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    made: dict[tuple[str, str], Path] = {}
-
-    def get(name: str, dtype: str) -> Path:
-        if (name, dtype) not in made:
-            d = tmp_path_factory.mktemp(f"{name}-{dtype}") / "chip"
-            chip = deltachip.compile(deltachip.load(ROOT / EXAMPLES[name][0]), target="compact",
-                                     dtype=dtype)
-            chip.save(d)
-            made[name, dtype] = d
-        return made[name, dtype]
-    return get
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

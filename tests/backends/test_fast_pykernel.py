@@ -10,7 +10,6 @@ be built the engine runs the numpy kernel and says so once on stderr.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from backends.engines.fast.pykernel import PyKernel
 from common.errors import UserError
 from hdl.sim import cbuild
 
-from tests.backends.test_fast_engine import EXAMPLES, compiled  # noqa: E402,F401
+from tests.backends.circuits import EXAMPLES
 from tests.backends.test_fuzz import small_circuit  # noqa: E402
 
 

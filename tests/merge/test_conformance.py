@@ -54,28 +54,33 @@ def test_every_engine_on_every_kind_equals_the_simulator(directories, chip, name
     assert rep.positions >= 2 * 10 and rep.memory_checks == rep.positions   # to its halt
 
 
+@pytest.fixture(scope="module")
+def stack_run(directories) -> tuple[list[int], list[int]]:
+    """The stack machine's ids from its start token to its halt, as the simulator steps it
+    (the rung below every engine), and its halt kinds."""
+    from hdl.sim import Simulator
+    c = open_engine("fast", directories["compiled", "stack"]).circuit    # with its ROM images
+    sim, tok, ids = Simulator(c), c.start, []
+    while not ids or not c.kinds[tok.kind].halt:
+        tok = sim.step(tok).next
+        ids.append(c.token_id(tok))
+    return ids, [k for k, kind in enumerate(c.kinds) if kind.halt]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", list(ENGINES))
-def test_run_free_runs_to_the_stop_set_alike(directories, name, kind):
+def test_run_free_runs_to_the_stop_set_alike(directories, stack_run, name, kind):
     """``run`` and ``stop_bitmap`` (the protocol's free-running stream): every engine on
-    every kind emits the ids that hf's decode steps on the compiled chip emit, and ends at
-    the first id of a stop kind (the stack machine's halt), or after ``n`` ids."""
+    every kind emits the simulator's ids and ends at the first id of a stop kind (the stack
+    machine's halt), or after ``n`` ids."""
     import numpy as np
-    ref = open_engine("hf", directories["compiled", "stack"], threads=1)
-    c = ref.circuit
-    halts = [k for k, kind_ in enumerate(c.kinds) if kind_.halt]
-    assert halts
-    want, tid, cache = [], c.token_id(c.start), ref.new_cache(1)
-    while not want or not c.kinds[c.token_from_id(want[-1]).kind].halt:
-        tid = int(ref.decode_step([tid], cache)[0])
-        want.append(tid)
+    want, halts = stack_run
+    assert halts and len(want) > 10
     eng = open_engine(name, directories[kind, "stack"], threads=1)
-    got = eng.run(eng.new_cache(1), 0, c.token_id(c.start), 10 * len(want),
-                  eng.stop_bitmap(halts))
-    assert got.tolist() == want and len(want) > 10
-    short = eng.run(eng.new_cache(1), 0, c.token_id(c.start), 5, eng.stop_bitmap(halts))
-    assert short.tolist() == want[:5]
-    assert isinstance(short, np.ndarray)
+    first = eng.token_id(eng.circuit.start)
+    got = eng.run(eng.new_cache(1), 0, first, 10 * len(want), eng.stop_bitmap(halts))
+    assert isinstance(got, np.ndarray) and got.tolist() == want
+    assert eng.run(eng.new_cache(1), 0, first, 5, eng.stop_bitmap(halts)).tolist() == want[:5]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -63,6 +63,7 @@ class FastCache:
 class FastEngine(ChipEngine):
     """A compiled chip on the fast kernel (see the module docstring)."""
     name = "fast"
+    runs_rows_apart = True
 
     def __init__(self, path: str | Path, dtype: str | None = None,
                  roms: dict[str, list[int]] | None = None, threads: int | None = None,
