@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=[d.value for d in DType], default=None,
                    help="the dtype the merged model runs in (default and only choice: the "
                         "chip's own)")
-    p.add_argument("--layout", choices=["routed", "stock"], default="routed",
+    from backends.chipdir.merged import LAYOUTS
+    p.add_argument("--layout", choices=list(LAYOUTS), default="routed",
                    help="routed (default): base and chip side by side, text bit-identical; "
                         "stock: one widened Qwen3_5ForCausalLM, no remote code, text close "
                         "to the base's")
@@ -104,7 +105,8 @@ def fp32_refused(e: Exception, target: str, layout: str) -> str:
     said about the dtype, not about the core's source)."""
     why = getattr(e, "diagnostics", None)
     why = why[0].message.split("; token kind")[0] if why else str(e)
-    reads = " (it reads the base's vocabulary)" if layout != "stock" else ""
+    from backends.merge.layouts import LAYOUTS
+    reads = " (it reads the base's vocabulary)" if LAYOUTS[layout].reads_text else ""
     return (f"--dtype fp32 is not available for --firmware on this base ({target}): the "
             f"core's {why.removeprefix('the ')}{reads}; merge in bf16 (the default)")
 
@@ -112,7 +114,8 @@ def fp32_refused(e: Exception, target: str, layout: str) -> str:
 def merge_command(args: argparse.Namespace) -> int:
     import sys
     from common.errors import UserError
-    from backends.merge.routed import merge_routed
+    from backends.merge.layouts import LAYOUTS
+    layout = LAYOUTS[args.layout]
     say = lambda s: print(f"merge: {s}", file=sys.stderr, flush=True)  # noqa: E731
     from backends.merge.routed import check_out_name
     chip, firmware = args.chip, None
@@ -132,7 +135,7 @@ def merge_command(args: argparse.Namespace) -> int:
         firmware = load_firmwares(args.firmware)
         # the routed layout's core reads a tool call's text tokens (the base's vocabulary
         # in its table ROMs); the stock layout's reads bytes
-        text = text_vocabulary(base) if args.layout != "stock" else None
+        text = text_vocabulary(base) if layout.reads_text else None
         try:
             chip = core_for(firmware[0], target, args.dtype or "bf16", progress=say,
                             approve=lambda em: _room_for_merge(Path(args.output), base, em),
@@ -143,15 +146,10 @@ def merge_command(args: argparse.Namespace) -> int:
             raise UserError(fp32_refused(e, target, args.layout)) from None
         for fw in firmware[1:]:             # one core: the same sizes, text ids and entry
             fw.sizes, fw.core = firmware[0].sizes, firmware[0].core
-    if args.layout == "stock":
-        from backends.merge.stock import merge_stock
-        r = merge_stock(args.base, args.output, chip, args.dtype, progress=say,
-                        firmware=firmware, digests=args.digests)
-    else:
-        r = merge_routed(args.base, args.output, chip, args.dtype, progress=say,
-                         tables=args.tables, firmware=firmware, digests=args.digests)
-    width = f", hidden {r.hidden:,}" if args.layout == "stock" else ""
-    print(f"{r.out}: {args.layout} merge, {len(r.shards)} shards{width}, {r.out_bytes:,} bytes "
+    r = layout.write(args.base, args.output, chip, args.dtype, say, firmware, args.digests,
+                     args.tables)
+    print(f"{r.out}: {layout.name} merge, {len(r.shards)} shards{layout.detail(r)}, "
+          f"{r.out_bytes:,} bytes "
           f"(base {r.base_bytes:,}, chip {r.chip_bytes:,}; {r.out_bytes / r.base_bytes:.3f}x "
           f"the base), chip tokens {r.token_offset}..{r.token_offset + r.chip_tokens - 1}, "
           f"{r.seconds:.1f} s")
