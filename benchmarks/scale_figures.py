@@ -1,6 +1,6 @@
 """The scale figures: a 64K-word ROM and an 8K-word RAM on qwen3.5-4b module shapes.
 
-Compiles tests/backends/test_scale.py's circuit (Go(pc): reads code[pc] and data[pc mod 8K],
+Compiles tests/backends/compile/test_scale.py's circuit (Go(pc): reads code[pc] and data[pc mod 8K],
 writes data) for ``--target`` in ``--dtype``, then runs ``check`` in transformers for
 ``--steps`` decode steps, reading every memory back from the recurrent state every
 ``--mem-every`` steps. Prints layers, hidden, banks per memory, compile seconds, checkpoint

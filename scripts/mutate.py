@@ -242,7 +242,7 @@ AREAS: dict[str, dict] = {
     "sim": {"python": ["hdl/sim/codegen.py", "hdl/sim/engines.py", "hdl/sim/simulator.py"],
             "tests": ["tests/hdl/test_sim_edges.py", "tests/hdl/test_sim.py"]},
     "numerics": {"snippets": NUMERICS_MUTANTS,
-                 "tests": ["tests/backends/test_lanes.py", "tests/backends/test_backend.py"]},
+                 "tests": ["tests/backends/verify/test_lanes.py", "tests/backends/verify/test_backend.py"]},
     "calc": {"snippets": C_MUTANTS,
              "tests": ["tests/firmware/test_calc_limbs.py", "tests/firmware/test_calc.py"]},
 }

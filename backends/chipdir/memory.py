@@ -104,7 +104,7 @@ def rom_state_np(prog: Any, num: Any, name: str, words: Sequence[int]
                  ) -> dict[tuple[int, int], np.ndarray]:
     """:func:`rom_state` in numpy (no torch): recurrent-state rows holding
     ``words`` for memory ``name``, {(layer, value head): [d_k, d_v] float32}, the same values
-    bit for bit (tests/backends/test_fast_romstate.py). ``prog`` gives ``mems`` and
+    bit for bit (tests/backends/engines/test_fast_records.py). ``prog`` gives ``mems`` and
     ``target`` (a Program, or :class:`ProgView` of chip.json), ``num`` ``vs``, ``b_v`` and
     ``n_bv``."""
     p = prog.mems[name]

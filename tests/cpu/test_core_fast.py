@@ -87,7 +87,7 @@ def test_the_memo_changes_nothing(fast, firmware_elf):
     The memo is used (it finds records) and the small one holds at most one."""
     from backends.engines.fast.native import Native
     from backends.engines.fast.pykernel import PyKernel
-    from tests.backends.test_fast_pykernel import lockstep
+    from tests.backends.engines.test_fast_pykernel import lockstep
     image = load_program(firmware_elf("product"), None)
     nat, small = Native(fast.model), Native(fast.model, memo_records=1)
     S0 = nat.recurrent(fast.new_cache(1, [image.images]).states[0]).copy()

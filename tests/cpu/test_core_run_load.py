@@ -26,7 +26,7 @@ from cpu.rv32 import build, engines
 from cpu.rv32.build import FULL
 from cpu.rv32.loader import PREDECODED, image_of, load_program, predecode
 from firmware import toolchain
-from tests.backends.test_fast_records import _random_images, assert_rom_states_equal
+from tests.backends.engines.test_fast_records import _random_images, assert_rom_states_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from backends.verify.check import check_engine
 from backends.engines.fast.errors import REASONS, FastError, message
 from common.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _model(path="/m/chip", layers=3):

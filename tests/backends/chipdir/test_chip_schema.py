@@ -12,7 +12,7 @@ import pytest
 from backends.chipdir.checkpoint import RECOMPILE
 from deltachip.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STACK = ROOT / "examples" / "stack_machine" / "stack_machine.hdl"
 
 

@@ -1,5 +1,5 @@
 """Scale: a 64K-word ROM and an 8K-word RAM on qwen3.5-4b module shapes (slow: builds a
-multi-GB checkpoint). Run with ``pytest -m slow tests/backends/test_scale.py``."""
+multi-GB checkpoint). Run with ``pytest -m slow tests/backends/compile/test_scale.py``."""
 from __future__ import annotations
 
 import random

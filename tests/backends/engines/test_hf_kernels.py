@@ -74,7 +74,7 @@ def test_bits_on_the_avx2_fallback():
     """The same comparisons where the originals run torch's slow bf16 path (the one
     hf_kernels replaces in practice), and that path is detected as slow."""
     code = ("import torch\n"
-            "import tests.backends.test_hf_kernels as t\n"
+            "import tests.backends.engines.test_hf_kernels as t\n"
             "from backends.engines import hf_kernels as hk\n"
             "assert hk.bf16_conv_slow(), 'torch still runs bf16 convolutions in oneDNN'\n"
             "assert hk.self_check(t.qwen.__name__) is None, hk.self_check(t.qwen.__name__)\n"
@@ -85,7 +85,7 @@ def test_bits_on_the_avx2_fallback():
             "        assert problem is None, (kind, batch, problem)\n"
             "print('compared')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, **AVX2_ENV}, cwd=Path(__file__).parents[2], timeout=300)
+                       env={**os.environ, **AVX2_ENV}, cwd=Path(__file__).parents[3], timeout=300)
     assert r.returncode == 0 and "compared" in r.stdout, r.stderr[-3000:]
 
 

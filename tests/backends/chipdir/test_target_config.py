@@ -12,7 +12,7 @@ from backends.compile.exact import ExactnessError
 from backends.chipdir.target import CONFIG_INTS, TargetError, get_target
 from deltachip.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COUNTER = ROOT / "examples" / "counter" / "counter.hdl"
 GOOD = {"hidden_size": 256, "intermediate_size": 96, "linear_num_key_heads": 2,
         "linear_num_value_heads": 4, "linear_key_head_dim": 64, "linear_value_head_dim": 64,

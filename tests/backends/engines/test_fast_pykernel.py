@@ -25,7 +25,7 @@ from common.errors import UserError
 from hdl.sim import cbuild
 
 from tests.backends.circuits import EXAMPLES
-from tests.backends.test_fuzz import small_circuit  # noqa: E402
+from tests.backends.verify.test_fuzz import small_circuit  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

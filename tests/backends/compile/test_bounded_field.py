@@ -18,7 +18,7 @@ from hdl.frontend import load_source
 from hdl.ir import Token
 from hdl.sim import Simulator, SimError
 
-from tests.backends.test_fast_pykernel import _pair, lockstep  # noqa: E402
+from tests.backends.engines.test_fast_pykernel import _pair, lockstep  # noqa: E402
 
 SRC = """
 circuit C {

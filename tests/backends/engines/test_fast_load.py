@@ -25,7 +25,7 @@ from backends.engines.fast import model as fmodel, stored
 from backends.engines.fast.engine import FastEngine
 from common.outputs import temp_name_prefix
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

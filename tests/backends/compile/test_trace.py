@@ -3,7 +3,7 @@ of a compiled chip traced to an IR node and its file:line:col, checked against t
 themselves; golden `explain` answers on the examples; errors that name the user's signal.
 
 Golden files live in tests/backends/golden/; after a deliberate change of the backend's
-layout, regenerate them with ``DELTACHIP_UPDATE_GOLDEN=1 pytest tests/backends/test_trace.py``
+layout, regenerate them with ``DELTACHIP_UPDATE_GOLDEN=1 pytest tests/backends/compile/test_trace.py``
 and read the diff.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ from backends.compile.schedule import DepthRuleError
 from backends.compile.trace import ChipTrace
 from hdl.frontend import load_circuit, load_source
 
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parents[3]
+GOLDEN = Path(__file__).parents[1] / "golden"
 EXAMPLES = ["counter", "gcd", "stack_machine"]
 
 #: The questions each golden file answers (`deltachip explain DIR <args>`).

@@ -467,7 +467,7 @@ def test_a_transparent_ram_splits_its_words_over_the_value_heads(tmp_path, dtype
 
 
 def fuzz_circuit(seed: int):
-    """A random circuit with at least one memory (tests/backends/test_fuzz.py's generator),
+    """A random circuit with at least one memory (tests/backends/verify/test_fuzz.py's generator),
     or (None, None, None)."""
     from tests.backends import test_fuzz
     c, images, start = test_fuzz.small_circuit(seed)

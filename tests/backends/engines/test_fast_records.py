@@ -26,7 +26,7 @@ from backends.engines.base import RUN_OMITS, run_chip
 from backends.engines.fast import records, stored
 from backends.engines.fast.engine import FastEngine
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # ---- records ------------------------------------------------------------------------------

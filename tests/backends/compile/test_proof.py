@@ -16,7 +16,7 @@ from backends.compile.pipeline import compile_circuit, plan_circuit  # noqa: E40
 from backends.chipdir.numbers import sig_bits  # noqa: E402
 from deltachip.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_dominance_is_the_largest_exponent():

@@ -11,7 +11,7 @@ import pytest
 from backends.compile.rules import MAX_VOCAB
 from deltachip.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 WRITE_FROM_READ = """circuit Acc {
     token Add(a: u4, v: u8);

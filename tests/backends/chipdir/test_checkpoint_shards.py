@@ -31,7 +31,7 @@ from deltachip.cli import main  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INDEX = "model.safetensors.index.json"
 MANIFEST = "manifest.json"
 RECOMPILE = "recompile it with `deltachip compile`"

@@ -9,7 +9,7 @@ prefill, batch 1 and 4.
 One compile per (circuit, target, dtype), shared by the module (:func:`compiled`). The
 default run holds the cheap corner of the matrix, for every circuit: compact/bf16/decode/
 batch 1, compact/fp32/decode/batch 1 and compact/bf16/prefill/batch 4. Everything else is
-``slow`` (``pytest tests/backends/test_matrix.py -m slow``).
+``slow`` (``pytest tests/backends/verify/test_matrix.py -m slow``).
 
 Memory: compiling holds one layer at a time, but ``check`` loads the dense checkpoint, and at
 the qwen3.5-4b shapes (hidden >= 2560, MLP 9216, 16 key heads) one chip layer is about 120 M
@@ -37,7 +37,7 @@ from hdl.ir import Circuit, Token  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").iterdir()
                   if (p / f"{p.name}.hdl").is_file())
 

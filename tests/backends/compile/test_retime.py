@@ -28,7 +28,7 @@ from backends.chipdir.target import COMPACT, get_target  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def wasteful(n_flags: int = 16) -> Circuit:
@@ -59,7 +59,7 @@ def wasteful(n_flags: int = 16) -> Circuit:
 
 
 def fuzz_circuit(seed: int):
-    """A random circuit of tests/backends/test_fuzz.py's kind (or None: too big / breaks
+    """A random circuit of tests/backends/verify/test_fuzz.py's kind (or None: too big / breaks
     the depth rule), with its ROM images and a start token."""
     rng = random.Random(seed)
     c = ir_fuzz.random_circuit(rng, n_nodes=rng.randint(10, 30), max_width=rng.choice((4, 8, 12)),
@@ -270,7 +270,7 @@ def test_memory_spread_over_layers_keeps_its_partial_reads(tmp_path):
     read lane receives part of its word in every bank layer, so a dim it reuses must be
     cleared before the first one (test_scale's circuit, small, bit cells; decode and
     prefill)."""
-    from tests.backends.test_scale import scale_circuit
+    from tests.backends.compile.test_scale import scale_circuit
     p = circuits.config_target(tmp_path / "config.json", inter=256, nv=2, dk=16)
     comp = compile_to_dir(scale_circuit(256, 128), tmp_path / "s", target=str(p), dtype="bf16",
                           byte_cells=False)

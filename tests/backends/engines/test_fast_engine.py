@@ -25,9 +25,9 @@ from backends.engines.fast.engine import FastEngine
 from backends.engines.fast.model import FastRefused
 
 from tests.backends.circuits import EXAMPLES
-from tests.backends.test_fuzz import fuzz, small_circuit
+from tests.backends.verify.test_fuzz import fuzz, small_circuit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
