@@ -22,6 +22,15 @@ Why (``benchmarks/micropython_profile.py`` on the golden emulator; docs/firmware
 * **parse.c, entering a child**: a rule's child was pushed on the rule stack and popped
   straight away; it is now entered directly (the same state: rule, argument 0, the token's
   line).
+* **parse.c, ending a rule without a visit**: once a rule's first item is parsed, the parser
+  popped the rule and visited it to find that the current token does not continue it (no
+  separator of a list, no optional part of an ``and_ident`` rule such as a trailer or ``**``,
+  an or-rule's alternative done), which leaves the item as the rule's result: a dozen such
+  visits end each operand of an expression (or_test, and_test, comparison, expr, ...,
+  term, power, atom_expr_normal). Each rule's set of tokens that may continue it
+  (``rule_cont_table``, generated beside the FIRST sets: :func:`continue_sets`) lets the
+  pop end such a rule at once. The rule arguments' offsets are read from a 16-bit table
+  (the 8-bit one needs a test of its 9th bit on every visit).
 * **parse.c, the node chunk**: parse nodes go into a chunk (``MICROPY_ALLOC_PARSE_CHUNK_INIT``
   bytes) that, once full, was grown in place by each node's few bytes, and ``gc_realloc``
   walks the whole chunk's blocks on each growth (quadratic in the tree's size); it now grows
@@ -58,6 +67,13 @@ EDITS: tuple[Edit, ...] = (
 
 static inline bool rule_may_start(const parser_t *parser, size_t arg) {
     const uint32_t *set = rule_first_table[arg & RULE_ARG_ARG_MASK];
+    size_t tok = parser->lexer->tok_kind;
+    return (set[tok >> 5] >> (tok & 31)) & 1;
+}
+
+// whether the current token may continue a rule after its first item
+static inline bool rule_may_continue(const parser_t *parser, size_t rule_id) {
+    const uint32_t *set = rule_cont_table[rule_id];
     size_t tok = parser->lexer->tok_kind;
     return (set[tok >> 5] >> (tok & 31)) & 1;
 }
@@ -100,6 +116,14 @@ static void push_rule(parser_t *parser, size_t src_line, uint8_t rule_id, size_t
     Edit("py/parse.c", """        uint8_t rule_id = pop_rule(&parser, &i, &rule_src_line);
         uint8_t rule_act = rule_act_table[rule_id];""",
          """        uint8_t rule_id = pop_rule(&parser, &i, &rule_src_line);
+        // deltachip: a rule whose first item has just been parsed (i == 1), whose next part
+        // the current token cannot begin (rule_cont_table), and whose item is a node ends
+        // with that item as its result, unchanged: an or-rule, a list of one item, an
+        // and_ident rule with an empty optional part. So it ends here, without a visit.
+        if (i == 1 && !backtrack && !rule_may_continue(&parser, rule_id)
+            && parser.result_stack[parser.result_stack_top - 1] != MP_PARSE_NODE_NULL) {
+            goto next_rule;
+        }
     enter_rule:;
         uint8_t rule_act = rule_act_table[rule_id];"""),
     Edit("py/parse.c", """                        push_rule_from_arg(&parser, rule_arg[i]); // push child of or-rule
@@ -127,6 +151,31 @@ static void push_rule(parser_t *parser, size_t src_line, uint8_t rule_id, size_t
         goto enter_rule; \
     } while (0)
 """),
+    # ---- parse.c: a rule's arguments from a 16-bit offset (no 9th-bit test) ---------------
+    Edit("py/parse.c", """static const uint16_t *get_rule_arg(uint8_t r_id) {
+    size_t off = rule_arg_offset_table[r_id];
+    if (r_id >= FIRST_RULE_WITH_OFFSET_ABOVE_255) {
+        off |= 0x100;
+    }
+    return &rule_arg_combined_table[off];
+}""", """// deltachip: each rule's offset whole (the 8-bit table needs a test for its 9th bit)
+static const uint16_t rule_arg_offset16_table[] = {
+#define DEF_RULE(rule, comp, kind, ...) RULE_ARG_OFFSET(rule, __VA_ARGS__),
+#define DEF_RULE_NC(rule, kind, ...)
+#include "py/grammar.h"
+#undef DEF_RULE
+#undef DEF_RULE_NC
+    0, // RULE_const_object
+#define DEF_RULE(rule, comp, kind, ...)
+#define DEF_RULE_NC(rule, kind, ...) RULE_ARG_OFFSET(rule, __VA_ARGS__),
+#include "py/grammar.h"
+#undef DEF_RULE
+#undef DEF_RULE_NC
+};
+
+static const uint16_t *get_rule_arg(uint8_t r_id) {
+    return &rule_arg_combined_table[rule_arg_offset16_table[r_id]];
+}"""),
     # ---- parse.c: grow the node chunk by at least 256 bytes ----------------------------
     Edit("py/parse.c", """    if (chunk != NULL && chunk->union_.used + num_bytes > chunk->alloc) {
         // not enough room at end of previously allocated chunk so try to grow
@@ -285,24 +334,69 @@ def first_sets(preprocessed: str) -> dict[str, frozenset[str] | None]:
     return first
 
 
+def continue_sets(preprocessed: str) -> dict[str, frozenset[str] | None]:
+    """For each rule, the tokens that may continue it once its first item (a rule) has been
+    parsed, where not continuing leaves that item as the rule's result unchanged; None
+    (all tokens) for the rules where it may not: the parser's fast path then never applies.
+
+    * an or-rule: none (it has ended);
+    * a list (``list``, ``list_with_end``: item, separator; ``one_or_more``: item, item):
+      those the separator or the next item may begin with (a list of one item is that item);
+    * an ``and_ident(2)`` rule whose second part is an optional rule: those that rule may
+      begin with (an empty optional part leaves the one non-empty item); not ``expr_stmt``,
+      which may drop a lone constant.
+    """
+    first = first_sets(preprocessed)
+    rules = {name: (kind, _ARG.findall(args)) for name, kind, args in _RULE.findall(preprocessed)}
+    ns = {name: int(n) for name, n in re.findall(r"@RULE\s+(\w+)\s*;\s*\w+\s*\(\s*(\d+)\s*\)", preprocessed)}
+
+    def of(arg: tuple[str, str]) -> frozenset[str] | None:
+        kind, x = arg
+        return frozenset([x]) if kind == "tok" else first[x]
+
+    cont: dict[str, frozenset[str] | None] = {}
+    for name, (kind, args) in rules.items():
+        if kind == "or":
+            cont[name] = frozenset()
+        elif kind in ("list", "list_with_end") and len(args) == 2 and args[0][0] == "rule":
+            cont[name] = of(args[1])
+        elif kind == "one_or_more" and len(args) == 1 and args[0][0] == "rule":
+            cont[name] = of(args[0])
+        elif (kind == "and_ident" and ns.get(name) == 2 and len(args) == 2 and name != "expr_stmt"
+              and args[0][0] == "rule" and args[1][0] == "opt_rule"):
+            cont[name] = of(args[1])
+        else:
+            cont[name] = None
+    return cont
+
+
+def _bitmap_table(name: str, sets: dict[str, frozenset[str] | None], words: int) -> list[str]:
+    lines = [f"static const uint32_t {name}[][PF_WORDS] = {{"]
+    for rule, s in sets.items():
+        if s is None:
+            words_c = ", ".join(["0xffffffffu"] * words)
+        else:
+            words_c = ", ".join("(0u" + "".join(f" | PF({t}, {w})" for t in sorted(s)) + ")"
+                                for w in range(words))
+        lines.append(f"    [RULE_{rule}] = {{{words_c}}},")
+    return lines + ["};"]
+
+
 def parse_first_header(preprocessed: str) -> str:
-    """``genhdr/parse_first.h``: ``rule_first_table[rule][word]``, a bitmap of token kinds."""
+    """``genhdr/parse_first.h``: ``rule_first_table[rule][word]``, a bitmap of token kinds
+    each rule can begin with, and ``rule_cont_table`` (:func:`continue_sets`)."""
     first = first_sets(preprocessed)
     words = 4
     lines = ["// generated by the deltachip port's build (firmware/micropython/patches.py):",
              "// for each grammar rule, the tokens it can begin with (all: unknown)",
              f"#define PF_WORDS {words}",
              "#define PF(t, w) ((MP_TOKEN_##t) / 32 == (w) ? 1u << ((MP_TOKEN_##t) % 32) : 0u)",
-             "_Static_assert(MP_TOKEN_NUMBER_OF <= 32 * PF_WORDS, \"PF_WORDS\");",
-             "static const uint32_t rule_first_table[][PF_WORDS] = {"]
-    for name, s in first.items():
-        if s is None:
-            words_c = ", ".join(["0xffffffffu"] * words)
-        else:
-            words_c = ", ".join("(" + " | ".join(f"PF({t}, {w})" for t in sorted(s)) + ")"
-                                for w in range(words))
-        lines.append(f"    [RULE_{name}] = {{{words_c}}},")
-    lines += ["};", "#undef PF", ""]
+             "_Static_assert(MP_TOKEN_NUMBER_OF <= 32 * PF_WORDS, \"PF_WORDS\");"]
+    lines += _bitmap_table("rule_first_table", first, words)
+    lines += ["// for each rule, the tokens that may continue it after its first item (all: the",
+              "// parser's fast path does not apply)"]
+    lines += _bitmap_table("rule_cont_table", continue_sets(preprocessed), words)
+    lines += ["#undef PF", ""]
     return "\n".join(lines)
 
 
