@@ -194,7 +194,7 @@ def test_chat_offers_both_tools(routed, capfd):
     from deltachip.chat import Chat
     chat = Chat(routed)
     names = [t["function"]["name"] for t in chat.tools]
-    assert names == ["python", "calc"]
+    assert names == ["calc", "python"]          # in --firmware order
     text = chat.prompt_text("hi")
     assert '"name": "python"' in text and '"name": "calc"' in text
     assert main(["chat", str(routed), "--prompt", "What is 2**100?", "--max-new-tokens",
