@@ -221,29 +221,69 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
     in structured form (:mod:`backends.merge.tables`: read as they are stored)."""
     path = Path(path)
     chip, t = _open(path)
-    cfg = chip["config"]
     dt = dtype or chip["dtype"]
     if dt != chip["dtype"]:
         raise _refuse(path, f"it was compiled for {chip['dtype']}, not {dt}")
     say = progress or (lambda s: None)
-    H = cfg["hidden_size"]
-    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
-    dk, dv, kc = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
-    C, V, I = 2 * nk * dk + nv * dv, nv * dv, cfg["intermediate_size"]
-    eps = float(cfg["rms_norm_eps"])
-    num = chip["numerics"]
-    NB, NBV = int(num["n_b"]), int(num["n_bv"])
-    if dv > MAX_DV or dv & (dv - 1) or nv % nk:
-        raise _refuse(path, f"value heads of {dv} columns, {nv} per {nk} key heads")
-    if kc > MAX_KC:
-        raise _refuse(path, f"a conv kernel of {kc} taps (at most {MAX_KC})")
-    if max(H, C + V + nv, I) > MAX_OUT:
-        raise _refuse(path, f"a projection of {max(H, C + V + nv, I):,} outputs (at most {MAX_OUT:,})")
-
-    # ---- embedding: CSR rows; the ballast dims hold one constant on every row ----------
+    sh = _Shapes(chip, path)
     say("embedding")
+    embed, B = _embedding(t, path, sh, dt)
+    r = _rms_scale(B, sh.H, sh.eps)
+    if not _pow2_or_zero(np.array([r])) or r == 0:
+        raise _damaged(path, f"the pre-norm factor of the ballast is {r}, not a power of two")
+    rd = _LayerReader(t, path, sh, dt, B, r)
+    layers: list[Layer] = []
+    for li, kind in enumerate(sh.cfg["layer_types"]):
+        say(f"layer {li}")
+        layers.append(rd.layer(li, kind, sum(1 for x in layers if x.kind == 0)))
+    # ---- lm_head: per kind, base + sum of bit deltas -----------------------------------
+    say("lm_head")
+    kinds = _kinds(chip, len(embed[0]) - 1, path)
+    lm = (_structured_lm_head(t, path, kinds) if HEAD in t
+          else _stored_lm_head(t, path, kinds, dt))
+    # a dim the lm_head does not read moves no logit, whatever the final norm does to it (a
+    # stock merge keeps the base's factors there: backends/merge/stock.py)
+    nf = rd.norm_scale("model.norm.weight", read=np.unique(lm[1]))
+    return FastModel(path=path, chip=chip, dtype=dt, H=sh.H, C=sh.C, V=sh.V, NV=sh.nv,
+                     NK=sh.nk, DK=sh.dk, DV=sh.dv, VPK=sh.nv // sh.nk, KC=sh.kc, I=sh.I,
+                     NB=sh.NB, NBV=sh.NBV, res_ballast=float(np.sum(B * B)),
+                     res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
+                     qdiv=float(np.float32(sh.dk ** 0.5)), layers=layers, nf=nf,
+                     embed=embed, kinds=kinds, lm=lm, nonzero=rd.nonzero)
+
+
+class _Shapes:
+    """A checkpoint's module shapes (config.json, as chip.json keeps it) and ballast widths,
+    refused where the kernel cannot take them."""
+
+    def __init__(self, chip: dict[str, Any], path: Path):
+        cfg = self.cfg = chip["config"]
+        self.H = cfg["hidden_size"]
+        self.nk, self.nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+        self.dk, self.dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+        self.kc = cfg["linear_conv_kernel_dim"]
+        self.C, self.V = 2 * self.nk * self.dk + self.nv * self.dv, self.nv * self.dv
+        self.I = cfg["intermediate_size"]
+        self.eps = float(cfg["rms_norm_eps"])
+        num = chip["numerics"]
+        self.NB, self.NBV = int(num["n_b"]), int(num["n_bv"])
+        dv, nv, nk = self.dv, self.nv, self.nk
+        if dv > MAX_DV or dv & (dv - 1) or nv % nk:
+            raise _refuse(path, f"value heads of {dv} columns, {nv} per {nk} key heads")
+        if self.kc > MAX_KC:
+            raise _refuse(path, f"a conv kernel of {self.kc} taps (at most {MAX_KC})")
+        widest = max(self.H, self.C + self.V + nv, self.I)
+        if widest > MAX_OUT:
+            raise _refuse(path, f"a projection of {widest:,} outputs (at most {MAX_OUT:,})")
+
+
+def _embedding(t: Tensors | Prefixed, path: Path, sh: _Shapes, dt: str
+               ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The embedding as CSR rows, and its ballast (float64): the ballast dims hold one
+    constant on every row."""
+    NB = sh.NB
     e_ptr, e_col, e_val = (sparse_rows(t, EMBED) if EMBED in t
-                           else _packed_embedding(t, path, H, dt))
+                           else _packed_embedding(t, path, sh.H, dt))
     vocab = len(e_ptr) - 1
     ball = e_col < NB
     per_row = np.add.reduceat(ball.astype(np.int64), e_ptr[:-1]) if len(e_col) else None
@@ -252,49 +292,52 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
     B = e_val[ball].reshape(vocab, NB)
     if np.any(B != B[0]):
         raise _damaged(path, "the ballast dims differ between embedding rows")
-    B = B[0].astype(np.float64)
-    res_ballast = float(np.sum(B * B))
-    r = _rms_scale(B, H, eps)
-    if not _pow2_or_zero(np.array([r])) or r == 0:
-        raise _damaged(path, f"the pre-norm factor of the ballast is {r}, not a power of two")
+    return (e_ptr, e_col, e_val), B[0].astype(np.float64)
 
-    def norm_scale(name: str, read: np.ndarray | None = None) -> np.ndarray:
+
+class _LayerReader:
+    """Reads and verifies one decoder layer at a time (:meth:`layer`), counting the
+    nonzero weights it keeps."""
+
+    def __init__(self, t: Tensors | Prefixed, path: Path, sh: _Shapes, dt: str,
+                 B: np.ndarray, r: float):
+        self.t, self.path, self.sh, self.dt, self.B, self.r = t, path, sh, dt, B, r
+        self.nonzero = 0
+
+    def norm_scale(self, name: str, read: np.ndarray | None = None) -> np.ndarray:
         """1 + w times the ballast's factor; ``read``: the only dims anything reads after
         the norm (the final norm: the lm_head's columns), the rest scaled by 0."""
-        w1 = 1.0 + t.get(name).astype(np.float64)
+        w1 = 1.0 + self.t.get(name).astype(np.float64)
         if read is not None:
             w1 = np.where(np.isin(np.arange(len(w1)), read), w1, 0.0)
         if not _pow2_or_zero(w1):
-            raise _damaged(path, f"{name}: 1 + weight is not a power of two or 0 on every dim"
-                                + (" the lm_head reads" if read is not None else ""))
-        return (w1 * r).astype(np.float32)
+            raise _damaged(self.path, f"{name}: 1 + weight is not a power of two or 0 on every "
+                                      "dim" + (" the lm_head reads" if read is not None else ""))
+        return (w1 * self.r).astype(np.float32)
 
-    def csr(name: str):
-        return sparse_rows(t, name)
-
-    def zero(name: str) -> bool:
-        words, kind = t.raw(name)
+    def zero(self, name: str) -> bool:
+        words, kind = self.t.raw(name)
         w = np.asarray(words)
         return not np.any((w & 0x7FFF) if kind == "BF16" else w.view(np.uint32) & 0x7FFFFFFF)
 
-    def no_ballast_writes(name: str, ptr: np.ndarray) -> None:
-        if ptr[NB] != 0:
-            raise _damaged(path, f"{name} writes into the ballast dims")
+    def no_ballast_writes(self, name: str, ptr: np.ndarray) -> None:
+        if ptr[self.sh.NB] != 0:
+            raise _damaged(self.path, f"{name} writes into the ballast dims")
 
-    layers: list[Layer] = []
-    nonzero = 0
-    for li, kind in enumerate(cfg["layer_types"]):
+    def layer(self, li: int, kind: str, gdn: int) -> Layer:
+        """Layer ``li`` (``kind`` from config.json's layer_types; ``gdn``: how many GDN
+        layers come before it)."""
+        t, path, sh = self.t, self.path, self.sh
+        H, C, V, I, NB, kc = sh.H, sh.C, sh.V, sh.I, sh.NB, sh.kc
         pre = f"model.layers.{li}."
-        say(f"layer {li}")
         if kind != "linear_attention":
             names = [n for n in t.names() if n.startswith(pre)]
-            bad = [n for n in names if not n.endswith("norm.weight") and not zero(n)]
+            bad = [n for n in names if not n.endswith("norm.weight") and not self.zero(n)]
             if bad:
                 raise _damaged(path, f"{bad[0]}: a full-attention layer with nonzero weights")
-            layers.append(Layer(kind=1))
-            continue
+            return Layer(kind=1)
         la = pre + "linear_attn."
-        if not zero(la + "in_proj_a.weight"):
+        if not self.zero(la + "in_proj_a.weight"):
             raise _damaged(path, f"{la}in_proj_a.weight is not zero (a decaying memory)")
         dtb = t.get(la + "dt_bias").astype(np.float64)
         if np.any(dtb > -104):
@@ -305,40 +348,29 @@ def load(path: str | Path, dtype: str | None = None, progress=None) -> FastModel
         taps = np.count_nonzero(conv, axis=1)
         if np.any(taps > 1) or np.any(conv[conv != 0] != 1.0):
             raise _damaged(path, f"{la}conv1d.weight: a channel with more than one tap or a "
-                                f"tap other than 1")
+                                 f"tap other than 1")
         delay = np.where(taps == 1, kc - 1 - np.argmax(conv != 0, axis=1), -1).astype(np.int8)
-        parts = [csr(la + n) for n in ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight")]
-        gate, up = csr(pre + "mlp.gate_proj.weight"), csr(pre + "mlp.up_proj.weight")
-        opr = csr(la + "out_proj.weight")
-        no_ballast_writes(la + "out_proj.weight", opr[0])
-        dn = csr(pre + "mlp.down_proj.weight")
-        no_ballast_writes(pre + "mlp.down_proj.weight", dn[0])
+        parts = [sparse_rows(t, la + n)
+                 for n in ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight")]
+        gate = sparse_rows(t, pre + "mlp.gate_proj.weight")
+        up = sparse_rows(t, pre + "mlp.up_proj.weight")
+        opr = sparse_rows(t, la + "out_proj.weight")
+        self.no_ballast_writes(la + "out_proj.weight", opr[0])
+        dn = sparse_rows(t, pre + "mlp.down_proj.weight")
+        self.no_ballast_writes(pre + "mlp.down_proj.weight", dn[0])
         gw = t.get(la + "norm.weight").astype(np.float32)
-        ly = Layer(kind=0, gdn=sum(1 for x in layers if x.kind == 0),
-                   n1=norm_scale(pre + "input_layernorm.weight"),
-                   n2=norm_scale(pre + "post_attention_layernorm.weight"),
+        ly = Layer(kind=0, gdn=gdn,
+                   n1=self.norm_scale(pre + "input_layernorm.weight"),
+                   n2=self.norm_scale(pre + "post_attention_layernorm.weight"),
                    ip=Csc.from_csr(*parts[0], H), zb=_past(_stack(parts[1:]), NB),
                    delay=delay, op=Csc.from_csr(*opr, V),
                    gate=Csc.from_csr(*gate, H), up=Csc.from_csr(*up, H), upr=_past(up, NB),
                    down=Csc.from_csr(*dn, I), gw=gw)
-        _defaults(ly, _stack(parts), gate, up, B, NB, C, dt, path, pre)
+        _defaults(ly, _stack(parts), gate, up, self.B, NB, C, self.dt, path, pre)
         ly.groups = memo_groups(ly.ip, NB)
-        nonzero += sum(c.nnz for c in (ly.op, ly.gate, ly.up, ly.down)) + sum(len(p[2]) for p in parts)
-        layers.append(ly)
-
-    # ---- lm_head: per kind, base + sum of bit deltas -----------------------------------
-    say("lm_head")
-    kinds = _kinds(chip, vocab, path)
-    lm = (_structured_lm_head(t, path, kinds) if HEAD in t
-          else _stored_lm_head(t, path, kinds, dt))
-    # a dim the lm_head does not read moves no logit, whatever the final norm does to it (a
-    # stock merge keeps the base's factors there: backends/merge/stock.py)
-    nf = norm_scale("model.norm.weight", read=np.unique(lm[1]))
-    return FastModel(path=path, chip=chip, dtype=dt, H=H, C=C, V=V, NV=nv, NK=nk, DK=dk, DV=dv,
-                     VPK=nv // nk, KC=kc, I=I, NB=NB, NBV=NBV, res_ballast=res_ballast,
-                     res_margin=MARGIN[dt], gn_margin=MARGIN[dt],
-                     qdiv=float(np.float32(dk ** 0.5)), layers=layers, nf=nf,
-                     embed=(e_ptr, e_col, e_val), kinds=kinds, lm=lm, nonzero=nonzero)
+        self.nonzero += sum(c.nnz for c in (ly.op, ly.gate, ly.up, ly.down)) + \
+            sum(len(p[2]) for p in parts)
+        return ly
 
 
 def memo_groups(w: Csc, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
