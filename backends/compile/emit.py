@@ -267,10 +267,26 @@ def _embedding(em: Emission) -> dict[str, torch.Tensor]:
 
 
 def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
-    """Every tensor of chip decoder layer ``li`` (GDN memories, MLP neurons), in ``dtype``."""
+    """Every tensor of chip decoder layer ``li`` (GDN memories, MLP neurons), in ``dtype``:
+    the attention half made and cast first, then the MLP (one half in float32 at a time)."""
+    pre = f"model.layers.{li}."
+    sd = _gdn(em, li, pre)
+    _finish(sd, em.dtype)
+    sd.update(_mlp(em, li, pre))
+    _finish(sd, em.dtype)
+    z = torch.zeros(em.num.hidden, dtype=torch.float32)
+    sd[pre + "input_layernorm.weight"] = z
+    sd[pre + "post_attention_layernorm.weight"] = z.clone()
+    return sd
+
+
+def _gdn(em: Emission, li: int, pre: str) -> dict[str, torch.Tensor]:
+    """The Gated DeltaNet tensors of layer ``li`` (names under ``pre``), float32: every
+    memory bank the layer holds, its read ports' queries and outputs, its write port's keys
+    and values, the conv taps that delay keys and values by one token."""
     prog, num, t = em.prog, em.num, em.prog.target
     H = num.hidden
-    K, KQ, VS, Z, BV = (2.0 ** x for x in (num.k, num.kq, num.vs, num.z, num.b_v))
+    KQ, VS, Z, BV = (2.0 ** x for x in (num.kq, num.vs, num.z, num.b_v))
     g = t.v_per_k
     nv, dk, dv = em.nk * g, t.d_k, t.d_v
     kd, vd = em.nk * dk, nv * dv
@@ -279,7 +295,6 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
     wout = BV * math.sqrt(num.n_bv) / (math.sqrt(dv) * VS * Z)
     assert math.log2(wout).is_integer(), wout
     sd: dict[str, torch.Tensor] = {}
-    pre = f"model.layers.{li}."
     qkv = _Mat(2 * kd + vd, H, num, prog)
     zp = _Mat(vd, H, num, prog)
     out = z(H, vd)
@@ -360,23 +375,24 @@ def _layer(em: Emission, li: int) -> dict[str, torch.Tensor]:
     sd[pre + "linear_attn.A_log"] = z(nv)
     sd[pre + "linear_attn.norm.weight"] = torch.ones(dv)
     sd[pre + "linear_attn.out_proj.weight"] = out
-    del qkv, zp, out
-    _finish(sd, em.dtype)                       # the attention half in dtype before the MLP
-    gate, up = _Mat(em.inter, H, num, prog), z(em.inter, H)
-    down = z(H, em.inter)
+    return sd
+
+
+def _mlp(em: Emission, li: int, pre: str) -> dict[str, torch.Tensor]:
+    """The MLP tensors of layer ``li`` (names under ``pre``), float32: neuron i's gate is its
+    pre-activation times K, its up the constant 1/K, its down the weights into its lanes."""
+    prog, num, H = em.prog, em.num, em.num.hidden
+    K = 2.0 ** num.k
+    gate = _Mat(em.inter, H, num, prog)
+    up = torch.zeros(em.inter, H, dtype=torch.float32)
+    down = torch.zeros(H, em.inter, dtype=torch.float32)
     for ni, n in enumerate(prog.mlp.get(li, [])):
         gate.form(ni, n.gate, K)
         up[ni, 0] = 1.0 / (K * 2.0 ** num.cb)
         for ln, w in n.out.items():
             down[num.n_b + prog.dim(ln), ni] += w
-    sd[pre + "mlp.gate_proj.weight"] = gate.w
-    sd[pre + "mlp.up_proj.weight"] = up
-    sd[pre + "mlp.down_proj.weight"] = down
-    del gate, up, down
-    _finish(sd, em.dtype)
-    sd[pre + "input_layernorm.weight"] = z(H)
-    sd[pre + "post_attention_layernorm.weight"] = z(H)
-    return sd
+    return {pre + "mlp.gate_proj.weight": gate.w, pre + "mlp.up_proj.weight": up,
+            pre + "mlp.down_proj.weight": down}
 
 
 def _head(em: Emission) -> dict[str, torch.Tensor]:
