@@ -274,8 +274,9 @@ def check_routed_fields(f: Path, cfg: dict[str, Any], manifest: dict[str, Any]) 
     """ChipDirError unless the routed merged config ``cfg`` (of file ``f``) agrees with the
     merge's manifest on what the modeling file reads before anything else: the chip's id
     range (``chip_token_offset``, ``chip_vocab_size``, ``vocab_size``), the base's config
-    (its sha256), how the tables are stored, the memory-image layers and the bridge. A
-    config edited past its digest is named here, never met as a traceback in the model."""
+    (its sha256), how the tables are stored, the memory-image layers, the number of
+    programs and the bridge. A config edited past its digest is named here, never met as a
+    traceback in the model."""
     import hashlib
     tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
     chip = manifest.get("chip") if isinstance(manifest.get("chip"), dict) else {}
@@ -318,6 +319,11 @@ def check_routed_fields(f: Path, cfg: dict[str, Any], manifest: dict[str, Any]) 
         raise bad("chip_rom_layers", "it lists layer numbers")
     if cfg.get("chip_bridge") is not None and not isinstance(cfg["chip_bridge"], dict):
         raise bad("chip_bridge", "it is the tool-call bridge's object or null")
+    progs = manifest.get("programs")
+    n = 1 + (len(progs) if isinstance(progs, list) else 0)
+    if type(cfg.get("chip_programs", 1)) is not int or cfg.get("chip_programs", 1) != n:
+        raise bad("chip_programs", f"the merge wrote {n} program{'s' if n > 1 else ''} "
+                                   f"({MANIFEST}: the firmware and its programs)")
     bridge = manifest.get("bridge")
     has = isinstance(bridge, dict) and bool(bridge.get("tool_calls"))
     if bool(cfg.get("chip_bridge")) != has:

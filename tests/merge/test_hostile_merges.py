@@ -367,6 +367,8 @@ def _set(**changes):
     ({"auto_map": None}, "auto_map is null, but a routed merge's names modeling_deltachip.py's "
                          "classes"),
     ({"chip_rom_layers": ["a"]}, "chip_rom_layers is [\"a\"], but it lists layer numbers"),
+    ({"chip_programs": 3}, "chip_programs is 3, but the merge wrote 1 program "
+                           "(deltachip.json: the firmware and its programs)"),
     ({"chip_bridge": {"x": 1}}, "chip_bridge is {\"x\": 1}, but the merge wrote none "
                                 "(deltachip.json: bridge.tool_calls)"),
 ])
