@@ -2,8 +2,8 @@
 
 The port is the project's own (this folder: ``mpconfigport.h``, ``mphalport.h``,
 ``qstrdefsport.h``, ``main.c``); MicroPython's ``py/`` core and ``shared/runtime/gchelper_generic.c``
-come from the release, with the port's speed edits to ``py/parse.c``, ``py/lexer.c`` and
-``py/qstr.c`` applied (``patches.py``: the same language and results, fewer instructions).
+come from the release, with the port's speed edits to ``py/parse.c``, ``py/lexer.c``,
+``py/qstr.c`` and ``py/gc.c`` applied (``patches.py``: the same language and results, fewer instructions).
 No make: this script does what MicroPython's ``py/mkrules.mk`` does, running MicroPython's own
 generators with ``sys.executable``:
 
@@ -15,8 +15,8 @@ generators with ``sys.executable``:
 3. ``genhdr/qstrdefs.generated.h`` (``py/makeqstrdata.py`` on ``py/qstrdefs.h`` + the port's
    + the collected qstrs, put through the preprocessor with the port's flags),
    ``genhdr/moduledefs.h`` (``py/makemoduledefs.py``), ``genhdr/root_pointers.h``
-   (``py/make_root_pointers.py``), the port's ``genhdr/qstr_static_order.h``
-   (:func:`patches.qstr_static_order_header`);
+   (``py/make_root_pointers.py``), the port's ``genhdr/qstr_hash_table.h``
+   (:func:`patches.qstr_hash_table_header`);
 4. every source compiled with zig cc (RV32IM + Zba, ilp32, soft float: the toolchain's flags,
    picolibc's headers) into ``libmicropython.a``, ``DELTACHIP_JOBS`` at a time;
 5. ``main.c`` linked with it and the C SDK (picolibc, libm) by :func:`firmware.toolchain.build`.
@@ -193,8 +193,8 @@ def _build(src: Path, work: Path, libc_dir: Path) -> None:
                                 ("make_root_pointers.py", "root_pointer.collected", "root_pointers.h")):
         p = _run([*py, str(root / "py" / script), str(gen / arg)], script, text=True)
         (gen / header).write_text(p.stdout)
-    (gen / "qstr_static_order.h").write_text(
-        patches.qstr_static_order_header((gen / "qstrdefs.generated.h").read_text()))
+    (gen / "qstr_hash_table.h").write_text(
+        patches.qstr_hash_table_header((gen / "qstrdefs.generated.h").read_text()))
     # 4. the core, compiled into libmicropython.a
     objdir = work / "obj"
     objdir.mkdir()

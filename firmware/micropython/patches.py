@@ -3,8 +3,8 @@
 Applied by ``build.py`` to the unpacked release before anything is generated or compiled;
 each edit replaces text that must occur exactly once in its file (a release whose text
 differs fails the build, naming the edit). Two headers the edits include are generated here:
-``genhdr/parse_first.h`` (:func:`parse_first_header`) and ``genhdr/qstr_static_order.h``
-(:func:`qstr_static_order_header`).
+``genhdr/parse_first.h`` (:func:`parse_first_header`) and ``genhdr/qstr_hash_table.h``
+(:func:`qstr_hash_table_header`).
 
 Why (``benchmarks/micropython_profile.py`` on the golden emulator; docs/firmware.md "Speed"):
 
@@ -38,11 +38,22 @@ Why (``benchmarks/micropython_profile.py`` on the golden emulator; docs/firmware
   still cut to what it holds at the end.
 * **lexer.c, keywords**: each name was compared with the sorted keyword table one keyword at
   a time (up to 35 ``strcmp`` a name); it is now a binary search (6).
-* **qstr.c, the static pool**: looking up a string that is not in the sorted pool of
-  interned strings ended in a linear scan of the unsorted first pool (216 strings, whose order
-  is fixed for ``.mpy`` compatibility): every new name in a program paid it. The pool's
-  order (the qstr numbers) is unchanged; a sorted index of it, generated from
-  ``qstrdefs.generated.h``, is binary-searched instead.
+* **lexer.c, characters**: every character of a name went through ``is_tail_of_identifier``
+  (two calls into ``py/unicode.c``'s table) and ``vstr_add_byte`` (a call and another);
+  the classes are now tested inline (the same table: space 9-13 and 32, letters ``A-Z
+  a-z``, digits ``0-9``, nothing from 128 up), and a name's byte is stored inline when the
+  buffer has room.
+* **gc.c, runs of blocks**: an allocation marked its tail blocks one at a time (two bits
+  each in the allocation table), ``gc_realloc`` counted a block's tail and freed a shrunk
+  one's a block at a time: a 1 KiB parse chunk is 64 blocks. Whole table bytes (4 blocks)
+  inside the run are now set, counted or cleared at once.
+* **qstr.c, the firmware's pools**: looking up a string (every name a program uses, when the
+  lexer interns it) searched the pools of interned strings in turn: the program's own, the
+  firmware's sorted pool by binary search (``strncmp`` each step) and its unsorted static
+  pool (216 strings, whose order is fixed for ``.mpy`` compatibility) by a linear scan. The
+  firmware's two pools are now one hash table (``genhdr/qstr_hash_table.h``, generated from
+  ``qstrdefs.generated.h``, whose hashes are the ones ``qstr_compute_hash`` gives): one
+  probe or a few, then a length and ``memcmp``. The qstr numbers are unchanged.
 """
 from __future__ import annotations
 
@@ -231,29 +242,129 @@ static const uint16_t *get_rule_arg(uint8_t r_id) {
                 lo = i + 1;
             }
         }"""),
-    # ---- qstr.c: the static pool through a sorted index -------------------------------
+    # ---- lexer.c: character classes inline, a name's bytes appended inline ------------------
+    Edit("py/lexer.c", """static bool is_whitespace(mp_lexer_t *lex) {
+    return unichar_isspace(lex->chr0);
+}
+
+static bool is_letter(mp_lexer_t *lex) {
+    return unichar_isalpha(lex->chr0);
+}
+
+static bool is_digit(mp_lexer_t *lex) {
+    return unichar_isdigit(lex->chr0);
+}""", """// deltachip: unichar_isspace, unichar_isalpha and unichar_isdigit (py/unicode.c's table:
+// space is 9-13 and 32, letters A-Z a-z, digits 0-9, nothing from 128) without a call
+static bool is_whitespace(mp_lexer_t *lex) {
+    unichar c = lex->chr0;
+    return c == ' ' || (c - 9) <= (13 - 9);
+}
+
+static bool is_letter(mp_lexer_t *lex) {
+    return ((lex->chr0 | 0x20) - 'a') <= ('z' - 'a');
+}
+
+static bool is_digit(mp_lexer_t *lex) {
+    return (lex->chr0 - '0') <= 9;
+}
+
+// vstr_add_byte, the common case (room in the buffer) without a call
+static inline void lex_add_byte(vstr_t *vstr, byte b) {
+    if (vstr->len < vstr->alloc) {
+        vstr->buf[vstr->len++] = b;
+    } else {
+        vstr_add_byte(vstr, b);
+    }
+}"""),
+    Edit("py/lexer.c", """        // get first char (add as byte to remain 8-bit clean and support utf-8)
+        vstr_add_byte(&lex->vstr, CUR_CHAR(lex));
+        next_char(lex);
+
+        // get tail chars
+        while (!is_end(lex) && is_tail_of_identifier(lex)) {
+            vstr_add_byte(&lex->vstr, CUR_CHAR(lex));
+            next_char(lex);
+        }""", """        // get first char (add as byte to remain 8-bit clean and support utf-8)
+        lex_add_byte(&lex->vstr, CUR_CHAR(lex));
+        next_char(lex);
+
+        // get tail chars
+        while (!is_end(lex) && is_tail_of_identifier(lex)) {
+            lex_add_byte(&lex->vstr, CUR_CHAR(lex));
+            next_char(lex);
+        }"""),
+    # ---- gc.c: runs of tail blocks a table byte (4 blocks) at a time ----------------------
+    Edit("py/gc.c", """    // mark rest of blocks as used tail
+    // TODO for a run of many blocks can make this more efficient
+    for (size_t bl = start_block + 1; bl <= end_block; bl++) {
+        ATB_FREE_TO_TAIL(area, bl);
+    }""", """    // mark rest of blocks as used tail
+    // (deltachip: the table's whole bytes in the run at once, 4 free blocks made tails)
+    {
+        size_t bl = start_block + 1;
+        for (; bl <= end_block && bl % BLOCKS_PER_ATB != 0; bl++) {
+            ATB_FREE_TO_TAIL(area, bl);
+        }
+        for (; bl + BLOCKS_PER_ATB - 1 <= end_block; bl += BLOCKS_PER_ATB) {
+            area->gc_alloc_table_start[bl / BLOCKS_PER_ATB] = 0xaa; // AT_TAIL x 4
+        }
+        for (; bl <= end_block; bl++) {
+            ATB_FREE_TO_TAIL(area, bl);
+        }
+    }"""),
+    Edit("py/gc.c", """    for (size_t bl = block + n_blocks; bl < max_block; bl++) {
+        byte block_type = ATB_GET_KIND(area, bl);
+        if (block_type == AT_TAIL) {
+            n_blocks++;
+            continue;
+        }""", """    for (size_t bl = block + n_blocks; bl < max_block; bl++) {
+        // deltachip: a whole table byte of tails (4 blocks) at once
+        if (bl % BLOCKS_PER_ATB == 0 && area->gc_alloc_table_start[bl / BLOCKS_PER_ATB] == 0xaa) {
+            n_blocks += BLOCKS_PER_ATB;
+            bl += BLOCKS_PER_ATB - 1;
+            continue;
+        }
+        byte block_type = ATB_GET_KIND(area, bl);
+        if (block_type == AT_TAIL) {
+            n_blocks++;
+            continue;
+        }"""),
+    Edit("py/gc.c", """        for (size_t bl = block + new_blocks, count = n_blocks - new_blocks; count > 0; bl++, count--) {
+            ATB_ANY_TO_FREE(area, bl);
+        }""", """        // (deltachip: the table's whole bytes in the run at once)
+        for (size_t bl = block + new_blocks, count = n_blocks - new_blocks; count > 0; bl++, count--) {
+            if (bl % BLOCKS_PER_ATB == 0 && count >= BLOCKS_PER_ATB) {
+                area->gc_alloc_table_start[bl / BLOCKS_PER_ATB] = 0;
+                bl += BLOCKS_PER_ATB - 1;
+                count -= BLOCKS_PER_ATB - 1;
+                continue;
+            }
+            ATB_ANY_TO_FREE(area, bl);
+        }"""),
+    # ---- qstr.c: the firmware's pools through a hash table -------------------------------
     Edit("py/qstr.c", """        // binary search inside the pool
         if (pool->is_sorted) {""",
-         """        #ifndef NO_QSTR
-        // deltachip: the unsorted static pool through its sorted index
-        // (genhdr/qstr_static_order.h): the first string >= str, which is str if any is
-        if (pool == &mp_qstr_const_pool_static) {
-            size_t lo = 0, hi = MP_ARRAY_SIZE(qstr_static_order);
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (strncmp(str, pool->qstrs[qstr_static_order[mid]], str_len) <= 0) {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
+         """        #if !defined(NO_QSTR) && MICROPY_QSTR_BYTES_IN_HASH && !defined(MICROPY_QSTR_EXTRA_POOL)
+        // deltachip: the firmware's two pools (this sorted one and the static one before it,
+        // the last of the chain) through one hash table (genhdr/qstr_hash_table.h): each
+        // entry the qstr's number and hash, open addressing, linear probing
+        if (pool == &mp_qstr_const_pool) {
+            for (size_t h = str_hash & QSTR_HASH_TABLE_MASK;; h = (h + 1) & QSTR_HASH_TABLE_MASK) {
+                uint32_t e = qstr_hash_table[h];
+                if (e == 0) {
+                    break;
+                }
+                if ((e & 0xffff) == str_hash) {
+                    size_t id = e >> 16;
+                    const qstr_pool_t *p = id < mp_qstr_const_pool.total_prev_len
+                        ? &mp_qstr_const_pool_static : &mp_qstr_const_pool;
+                    size_t at = id - p->total_prev_len;
+                    if (p->lengths[at] == str_len && memcmp(p->qstrs[at], str, str_len) == 0) {
+                        return id;
+                    }
                 }
             }
-            if (lo < MP_ARRAY_SIZE(qstr_static_order)) {
-                size_t at = qstr_static_order[lo];
-                if (pool->lengths[at] == str_len && memcmp(pool->qstrs[at], str, str_len) == 0) {
-                    return pool->total_prev_len + at;
-                }
-            }
-            continue;
+            break;
         }
         #endif
 
@@ -261,8 +372,8 @@ static const uint16_t *get_rule_arg(uint8_t r_id) {
         if (pool->is_sorted) {"""),
     Edit("py/qstr.c", """#include "py/runtime.h"
 """, """#include "py/runtime.h"
-#ifndef NO_QSTR
-#include "genhdr/qstr_static_order.h"
+#if !defined(NO_QSTR) && MICROPY_QSTR_BYTES_IN_HASH
+#include "genhdr/qstr_hash_table.h"
 #endif
 """),
 )
@@ -400,29 +511,44 @@ def parse_first_header(preprocessed: str) -> str:
     return "\n".join(lines)
 
 
-# ---- genhdr/qstr_static_order.h ------------------------------------------------------
+# ---- genhdr/qstr_hash_table.h ---------------------------------------------------------
 
-_QDEF0 = re.compile(r'^QDEF0\((\w+), (\d+), (\d+), "(.*)"\)\s*$')
+_QDEF = re.compile(r'^QDEF([01])\((\w+), (\d+), (\d+), "(.*)"\)\s*$')
 
-
-def _qstr_bytes(data: str) -> bytes:
-    if "\\x" in data:
-        return bytes.fromhex(data.replace("\\x", ""))
-    return data.encode()
+#: the table's entries (a power of two; the firmware has about 400 qstrs)
+QSTR_HASH_TABLE_SIZE = 1024
 
 
-def qstr_static_order_header(generated: str) -> str:
-    """``genhdr/qstr_static_order.h``: the static (QDEF0) pool's indices, sorted by string
-    (bytes, as strncmp compares)."""
-    pool = []
+def qstr_hash_table_header(generated: str) -> str:
+    """``genhdr/qstr_hash_table.h``: the static (QDEF0) and sorted (QDEF1) pools' qstrs by
+    hash, ``qstr_hash_table[h]`` = ``number << 16 | hash`` (0: empty), at the hash modulo the
+    size or the next free entry after it (the empty string, qstr 1, is found before the
+    table is used)."""
+    static: list[int] = []
+    sorted_: list[int] = []
     for line in generated.splitlines():
-        m = _QDEF0.match(line)
+        m = _QDEF.match(line)
         if m:
-            pool.append(_qstr_bytes(m.group(4)))
-    if not 0 < len(pool) <= 256:
-        raise ValueError(f"{len(pool)} static qstrs")
-    order = sorted(range(1, len(pool)), key=lambda i: (pool[i], i))    # 0: MP_QSTRnull
-    body = ",".join(str(i) for i in order)
+            (static if m.group(1) == "0" else sorted_).append(int(m.group(3)))
+    if not 0 < len(static) <= 256:
+        raise ValueError(f"{len(static)} static qstrs")
+    size = QSTR_HASH_TABLE_SIZE
+    hashes = static + sorted_
+    if len(hashes) > size // 2 or len(hashes) >= 1 << 16:
+        raise ValueError(f"{len(hashes)} qstrs for a table of {size}")
+    table = [0] * size
+    for q, h in enumerate(hashes):
+        if q < 2:                       # MP_QSTRnull and MP_QSTR_ (the empty string)
+            continue
+        if not 0 < h < 1 << 16:
+            raise ValueError(f"qstr {q}: hash {h}")
+        at = h % size
+        while table[at]:
+            at = (at + 1) % size
+        table[at] = q << 16 | h
+    body = ",".join(f"0x{e:x}" if e else "0" for e in table)
     return ("// generated by the deltachip port's build (firmware/micropython/patches.py):\n"
-            "// the static qstr pool's indices, sorted by string\n"
-            f"static const uint8_t qstr_static_order[{len(order)}] = {{{body}}};\n")
+            "// the firmware's qstrs by hash: number << 16 | hash, open addressing\n"
+            f"#define QSTR_HASH_TABLE_MASK ({size - 1})\n"
+            f"_Static_assert(MP_QSTRnumber_of_static == {len(static)}, \"qstr_hash_table\");\n"
+            f"static const uint32_t qstr_hash_table[{size}] = {{{body}}};\n")
