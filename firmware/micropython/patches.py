@@ -43,6 +43,16 @@ Why (``benchmarks/micropython_profile.py`` on the golden emulator; docs/firmware
   the classes are now tested inline (the same table: space 9-13 and 32, letters ``A-Z
   a-z``, digits ``0-9``, nothing from 128 up), and a name's byte is stored inline when the
   buffer has room.
+* **lexer.c, the next character**: ``next_char`` called the reader through a pointer for each
+  byte and kept six registers for its rare cases (CR LF, injected f-string text, the end of
+  the input). Its common case (nothing injected, no CR to convert, a memory reader, as
+  ``mp_lexer_new_from_str_len`` makes, with a byte left) now reads the byte itself
+  (``mp_reader_mem_t`` moved to ``py/reader.h``); the rest is the release's code
+  (``next_char_fetch``).
+* **lexer.c, operators and keywords**: an operator's place in ``tok_enc`` was found by a scan
+  of the string; it now comes from a 128-entry table by its first character
+  (:func:`tok_enc_first_table`, the same scan run here). A keyword probe compares the first
+  characters before calling ``strcmp``.
 * **gc.c, runs of blocks**: an allocation marked its tail blocks one at a time (two bits
   each in the allocation table), ``gc_realloc`` counted a block's tail and freed a shrunk
   one's a block at a time: a 1 KiB parse chunk is 64 blocks. Whole table bytes (4 blocks)
@@ -66,6 +76,53 @@ class Edit(NamedTuple):
     path: str       # under the source root
     old: str        # must occur exactly once
     new: str
+
+
+#: the release's operator encoding in py/lexer.c (the edit below must find it as it is)
+TOK_ENC_SOURCE = """static const char *const tok_enc =
+    "()[]{},;~"   // singles
+    ":e="         // : :=
+    "<e=c<e="     // < <= << <<=
+    ">e=c>e="     // > >= >> >>=
+    "*e=c*e="     // * *= ** **=
+    "+e="         // + +=
+    "-e=e>"       // - -= ->
+    "&e="         // & &=
+    "|e="         // | |=
+    "/e=c/e="     // / /= // //=
+    "%e="         // % %=
+    "^e="         // ^ ^=
+    "@e="         // @ @=
+    "=e="         // = ==
+    "!.";         // start of special cases: != . ...
+"""
+
+
+def tok_enc_first_table() -> str:
+    """``tok_enc_first[c]``: where the lexer's scan of ``tok_enc`` stops for the character
+    ``c`` (0-127), ``index << 8 | offset``, as the release's loop computes them."""
+    enc = "".join(re.findall(r'"([^"]*)"', TOK_ENC_SOURCE))
+
+    def scan(c: int) -> tuple[int, int]:
+        t = index = 0
+        while t < len(enc) and ord(enc[t]) != c:
+            if enc[t] in "ec":
+                t += 1
+            t += 1
+            index += 1
+        return min(t, len(enc)), index
+
+    entries = []
+    for c in range(128):
+        t, index = scan(c)
+        if not (t < 256 and index < 256):
+            raise ValueError("tok_enc")
+        entries.append(f"0x{index << 8 | t:x}")
+    t, index = scan(256)    # no character matches: the end of the string
+    return ("// deltachip: for each character, where the scan of tok_enc stops (index << 8 | "
+            "offset)\n"
+            f"#define TOK_ENC_NONE 0x{index << 8 | t:x}\n"
+            f"static const uint16_t tok_enc_first[128] = {{{', '.join(entries)}}};\n")
 
 
 EDITS: tuple[Edit, ...] = (
@@ -293,6 +350,99 @@ static inline void lex_add_byte(vstr_t *vstr, byte b) {
             lex_add_byte(&lex->vstr, CUR_CHAR(lex));
             next_char(lex);
         }"""),
+    # ---- reader.c/lexer.c: a string's bytes read directly, not through the reader's call --
+    Edit("py/reader.c", """typedef struct _mp_reader_mem_t {
+    size_t free_len; // if >0 mem is freed on close by: m_free(beg, free_len)
+    const byte *beg;
+    const byte *cur;
+    const byte *end;
+} mp_reader_mem_t;
+
+static mp_uint_t mp_reader_mem_readbyte(void *data) {""", """// deltachip: mp_reader_mem_t is in py/reader.h, and mp_reader_mem_readbyte is not static
+// (the lexer reads a memory reader's bytes itself)
+mp_uint_t mp_reader_mem_readbyte(void *data) {"""),
+    Edit("py/reader.h", """void mp_reader_new_mem(mp_reader_t *reader, const byte *buf, size_t len, size_t free_len);""",
+         """void mp_reader_new_mem(mp_reader_t *reader, const byte *buf, size_t len, size_t free_len);
+
+// deltachip: the memory reader, for the lexer to read its bytes without a call
+typedef struct _mp_reader_mem_t {
+    size_t free_len; // if >0 mem is freed on close by: m_free(beg, free_len)
+    const byte *beg;
+    const byte *cur;
+    const byte *end;
+} mp_reader_mem_t;
+mp_uint_t mp_reader_mem_readbyte(void *data);"""),
+    # next_char's common case: no injected characters, a memory reader with a byte left, the
+    # new chr1 not a CR; anything else goes on to the release's code (next_char_fetch)
+    Edit("py/lexer.c", """    // shift the input queue forward
+    lex->chr0 = lex->chr1;
+    lex->chr1 = lex->chr2;
+
+    // and add the next byte from either inject_chrs or the reader
+    mp_uint_t chr2;
+fetch_next_byte:""", """    // shift the input queue forward
+    lex->chr0 = lex->chr1;
+    lex->chr1 = lex->chr2;
+
+    // deltachip: the common case, a memory reader's next byte (as mp_reader_mem_readbyte
+    // gives it) with nothing injected and no CR to convert, is read here without a call;
+    // the release's code below (next_char_fetch) does the rest
+    #if MICROPY_PY_FSTRINGS
+    if (lex->inject_chrs_idx == 0)
+    #endif
+    {
+        if (lex->chr1 != '\\r' && lex->reader.readbyte == mp_reader_mem_readbyte) {
+            mp_reader_mem_t *mem = (mp_reader_mem_t *)lex->reader.data;
+            const byte *cur = mem->cur;
+            if (cur < mem->end) {
+                byte b = *cur;
+                mem->cur = cur + 1;
+                lex->chr2 = b == MP_LEXER_EOF ? MP_LEXER_INVALID_BYTE : b;
+                return;
+            }
+        }
+    }
+    next_char_fetch(lex);
+}
+
+static MP_NOINLINE void next_char_fetch(mp_lexer_t *lex) {
+    // and add the next byte from either inject_chrs or the reader
+    mp_uint_t chr2;
+fetch_next_byte:"""),
+    Edit("py/lexer.c", """static void next_char(mp_lexer_t *lex) {
+    if (lex->chr0 == '\\n') {""", """static void next_char_fetch(mp_lexer_t *lex);
+
+static void next_char(mp_lexer_t *lex) {
+    if (lex->chr0 == '\\n') {"""),
+    # ---- lexer.c: an operator's entry in tok_enc from a table by its first character --------
+    Edit("py/lexer.c", TOK_ENC_SOURCE, TOK_ENC_SOURCE + "\n" + tok_enc_first_table()),
+    Edit("py/lexer.c", """        const char *t = tok_enc;
+        size_t tok_enc_index = 0;
+        for (; *t != 0 && !is_char(lex, *t); t += 1) {
+            if (*t == 'e' || *t == 'c') {
+                t += 1;
+            }
+            tok_enc_index += 1;
+        }
+""", """        // (deltachip: where the scan of tok_enc below stops for this character, from
+        // tok_enc_first; none from 128 up)
+        // for (; *t != 0 && !is_char(lex, *t); t += 1) {
+        //     if (*t == 'e' || *t == 'c') {
+        //         t += 1;
+        //     }
+        //     tok_enc_index += 1;
+        // }
+        uint16_t tok_enc_at = lex->chr0 < 128 ? tok_enc_first[lex->chr0] : TOK_ENC_NONE;
+        const char *t = tok_enc + (tok_enc_at & 0xff);
+        size_t tok_enc_index = tok_enc_at >> 8;
+"""),
+    # ---- lexer.c: a keyword probe compares the first characters before strcmp ------------
+    Edit("py/lexer.c", """            size_t i = (lo + hi) / 2;
+            int cmp = strcmp(s, tok_kw[i]);""", """            size_t i = (lo + hi) / 2;
+            int cmp = (byte)s[0] - (byte)tok_kw[i][0];
+            if (cmp == 0) {
+                cmp = strcmp(s, tok_kw[i]);
+            }"""),
     # ---- gc.c: runs of tail blocks a table byte (4 blocks) at a time ----------------------
     Edit("py/gc.c", """    // mark rest of blocks as used tail
     // TODO for a run of many blocks can make this more efficient
