@@ -16,7 +16,8 @@ from tests.cpu.test_run_cli import echo_program
 
 
 class FakeEngine:
-    """Records the size of every cache it makes."""
+    """Records the size of every cache it makes; runs rows apart, as the fast engine does."""
+    runs_rows_apart = True
 
     def __init__(self):
         self.caches: list[int] = []
