@@ -16,13 +16,14 @@ loaded once beforehand and its load time given apart) takes to run it, with its 
 instruction count checked against ref's. The machine's CPU is named in the output.
 
 Usage: python benchmarks/micropython.py [--target compact|qwen3.5-4b] [--dtype bf16]
-       [--no-fast] [--only NAME]
+       [--no-fast] [--only NAME] [--repeat N]
 """
 from __future__ import annotations
 
 import argparse
 import bisect
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--no-fast", action="store_true", help="ref's instruction counts only")
     ap.add_argument("--only", choices=list(PROGRAMS), help="one program")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs on fast per program; the median is shown (default 1)")
     args = ap.parse_args(argv)
     elf = mp_build.elf_path()
     print(f"MicroPython {mp_build.VERSION}: {elf}; CPU: {cpu_name()}")
@@ -163,9 +166,15 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(ph.values())
         fast_s = tokens = rate = "—"
         if eng is not None:
-            r, secs, tok = run_fast(eng, elf, src, args.target)
-            assert (r.output, r.exit_code, r.instructions) == (out, 0, total), (name, r)
+            times = []
+            for _ in range(max(1, args.repeat)):
+                r, secs, tok = run_fast(eng, elf, src, args.target)
+                assert (r.output, r.exit_code, r.instructions) == (out, 0, total), (name, r)
+                times.append(secs)
+            secs = statistics.median(times)
             fast_s, tokens, rate = f"{secs:.1f}", f"{tok:,}", f"{total / secs:,.0f}"
+            if len(times) > 1:
+                fast_s += f" (median of {len(times)}: {min(times):.1f}–{max(times):.1f})"
         print(f"| `{name}` | {src.count(chr(10))} | {total:,} | "
               + " | ".join(f"{ph[p]:,}" for p in PHASES)
               + f" | {fast_s} | {tokens} | {rate} |", flush=True)
