@@ -170,7 +170,27 @@ class ProgView:
         self.mems = {n: MemView(m) for n, m in chip["memories"].items()}
 
 
-class MemView:
+class Banks:
+    """How a memory's plan names its banks and rows, shared by the compiler's
+    ``MemPlan`` and :class:`MemView` (both give ``banks``, ``rowblocks``, ``slices``,
+    ``pack`` and ``vsel``)."""
+    banks: list[tuple[int, int]]
+    rowblocks: int
+    slices: int
+    pack: int
+    vsel: int
+
+    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
+        """(layer, key head) of the bank of read port ``port``, rowblock and slice ``sl``."""
+        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
+
+    @property
+    def per_row(self) -> int:
+        """Words per logical row (its address's low ``pack + vsel`` bits choose one)."""
+        return 1 << (self.pack + self.vsel)
+
+
+class MemView(Banks):
     """A memory's plan as chip.json records it: the fields of a ``MemPlan`` that the layout
     reads."""
 
@@ -182,14 +202,6 @@ class MemView:
         self.vsel = m.get("vsel", 0)
         self.banks = [tuple(b) for b in m["banks"]]
         self.ports = max(1, m["read_ports"])
-
-    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
-        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
-
-    @property
-    def per_row(self) -> int:
-        """Words per logical row (``MemPlan.per_row``)."""
-        return 1 << (self.pack + self.vsel)
 
 
 class NumView:

@@ -46,7 +46,7 @@ from typing import Callable, Iterable
 from common.kinds import MemKind
 from hdl.ir import Circuit
 
-from backends.chipdir.memory import word_row
+from backends.chipdir.memory import Banks, word_row
 from backends.chipdir.target import Target
 
 
@@ -167,7 +167,7 @@ class WritePort:
 
 
 @dataclass
-class MemPlan:
+class MemPlan(Banks):
     """Where a memory lives. Bank (port, rowblock, slice) is one key head (with its GQA
     value heads) holding rows ``rowblock*rows ..`` and word bits ``slice*cols ..``; every
     bank gets every write, read port p queries its own banks. ``banks[i]`` = (layer, key
@@ -224,9 +224,6 @@ class MemPlan:
         return ([f for port in self.reads for f in port.addr] +
                 [f for w in self.writes for f in w.addr + w.data + [w.en]])
 
-    def bank(self, port: int, rowblock: int, sl: int) -> tuple[int, int]:
-        return self.banks[(port * self.rowblocks + rowblock) * self.slices + sl]
-
     @property
     def cells(self) -> int:
         """Cells (value columns) one word takes."""
@@ -239,10 +236,6 @@ class MemPlan:
             return [(i, -1)]
         return [(i + word_row(True, self.rows, w), w) for w in (0, 1)]
 
-    @property
-    def per_row(self) -> int:
-        """Words per logical row (its address's low ``pack + vsel`` bits choose one)."""
-        return 1 << (self.pack + self.vsel)
 
 
 @dataclass
