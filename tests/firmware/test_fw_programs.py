@@ -9,6 +9,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from tests.firmware.bench_expected import EXPECTED as BENCH_EXPECTED
 from tests.firmware.fw_engines import run_on
 from firmware import toolchain
 
@@ -69,6 +70,7 @@ EXPECTED = {
     "sieve": _primes_expected(),
     "switch": f"{math.factorial(10)}\n{(1 << 20) - 1}\nsteps 251\n",   # 251 bytecode steps
     "div64": _div64_expected(),
+    **BENCH_EXPECTED,           # crc32c, sha256, aes128, matrix, softfloat: bench_expected.py
 }
 
 COMPILERS = ["zig", pytest.param("gcc", marks=pytest.mark.skipif(
@@ -86,6 +88,14 @@ def test_fixed_figures():
     assert EXPECTED["multiply"] == "83810205\n"
     assert EXPECTED["fibonacci"].endswith("63245986\n102334155\n")
     assert EXPECTED["crc32"] == "414fa339\n"
+    # Published test vectors: CRC-32C's check value, FIPS 180-4's SHA-256 examples, FIPS-197
+    # appendix C.1.
+    assert EXPECTED["crc32c"].startswith("e3069283\n")
+    assert EXPECTED["sha256"].startswith(
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n"
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1\n")
+    assert EXPECTED["aes128"].startswith("69c4e0d86a7b0430d8cdb78070b4c55a\n")
+    assert EXPECTED["softfloat"].startswith("sqrt2 1414213562 3ff6a09e667f3bcc\n")
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)
@@ -110,6 +120,16 @@ def test_loops_are_not_folded(firmware_elf):
     closed form): 6789 additions take at least 3 instructions each."""
     assert run_on("emulator", firmware_elf("multiply")).instructions >= 3 * 6789
     assert run_on("emulator", firmware_elf("sum")).instructions >= 3 * 100
+
+
+def test_softfloat_calls_the_soft_float_library(firmware_elf):
+    """softfloat's arithmetic is the compiler's soft-float helpers (the core has no F or D
+    extension), not folded away at compile time."""
+    with open(firmware_elf("softfloat"), "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        names = {s.name for s in symtab.iter_symbols()}
+    assert {"__adddf3", "__muldf3", "__divdf3", "__addsf3", "__divsf3"} <= names
+    assert run_on("emulator", firmware_elf("softfloat")).instructions >= 50_000
 
 
 def _function_range(elf: ELFFile, names: tuple[str, ...]) -> list[tuple[int, int]]:
