@@ -263,19 +263,27 @@ int dc_state_err(dc_state *s, int *layer, double *val) {
 static int norm(const dc_model *m, dc_state *s, const float *scale, int layer) {
     double rest = 0.0;
     int n = 0;
-    for (int a = 0; a < s->nhl; a++) s->h[s->hl2[a]] = 0.0f;
-    s->nhl = 0;
-    for (int a = 0; a < s->nxl; a++) {
-        int i = s->xl[a];
-        float v = s->x[i];
-        if (v == 0.0f) continue;
-        if (i >= m->NB) rest += (double)v * v;
+    const int NB = m->NB, nxl = s->nxl;
+    float *restrict h = s->h;
+    const float *restrict x = s->x;
+    const int32_t *restrict xl = s->xl;
+    int32_t *restrict nz = s->nz, *restrict hl2 = s->hl2;
+    for (int a = 0; a < s->nhl; a++) h[hl2[a]] = 0.0f;
+    /* branch-free: every dim of xl is written (0 where x is), listed for clearing, and
+     * kept in nz where h is nonzero past the ballast; rest adds 0 for the others */
+    for (int a = 0; a < nxl; a++) {
+        int i = xl[a];
+        float v = x[i];
         float hv = v * scale[i];
-        if (hv == 0.0f) continue;
-        s->h[i] = hv;
-        s->hl2[s->nhl++] = i;
-        if (i >= m->NB) s->nz[n++] = i;
+        int live = hv != 0.0f;
+        double dv = i >= NB ? (double)v : 0.0;
+        rest += dv * dv;
+        h[i] = live ? hv : 0.0f;
+        hl2[a] = i;
+        nz[n] = i;
+        n += live & (i >= NB);
     }
+    s->nhl = nxl;
     if (rest * m->res_margin >= m->res_ballast) return -1 - fail(s, DC_E_NORM, layer, rest);
     return n;
 }
@@ -464,7 +472,7 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     int nd = 0, ngt = 0, nmk, npo;
     for (int a = 0; a < nn; a++) {
         int i = s->nz[a], g = ly->g_of[i];
-        if (g < 0) s->dz[nd++] = i;
+        if (g < 0) { s->dz[nd] = i; nd += ly->ip.ptr[i + 1] != ly->ip.ptr[i]; }
         else if (!s->gmk[g]) { s->gmk[g] = 1; s->gl[ngt++] = g; }
     }
     int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, nd, s->pr, s->prt, s->prm);
@@ -592,7 +600,13 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     for (int a = 0; a < ng + ly->ndg; a++) {
         int o;
         float g, act;
-        if (a < ng) { o = s->gt[a]; g = RD(m, s->ga[o]); }
+        if (a < ng) {
+            o = s->gt[a];
+            /* most touched neurons are killed: a sum at or below -89 rounds to at most -89
+             * (rounding is monotone, -89 is a bf16), where silu is -0 and nothing is added */
+            if (s->ga[o] <= -89.0f) continue;
+            g = RD(m, s->ga[o]);
+        }
         else { o = ly->dg[a - ng]; if (s->gm[o]) continue; g = ly->gd[o]; }
         if (!silu_exact(m, g, &act)) return fail(s, DC_E_SILU, li, g);
         if (act == 0.0f) continue;
