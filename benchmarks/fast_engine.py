@@ -156,10 +156,9 @@ def hf_rate(path, image, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def _wall(cmd: list[str], want: bytes = b"", usage: list | None = None
-          ) -> tuple[float, float, str]:
+def _wall(cmd: list[str], want: bytes = b"") -> tuple[float, float, str]:
     """Wall seconds and CPU seconds (user + system) of ``cmd`` in a new process, which must
-    print ``want`` and exit 0; its stderr. ``usage``: the process's rusage is appended."""
+    print ``want`` and exit 0; its stderr."""
     import tempfile
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -173,32 +172,28 @@ def _wall(cmd: list[str], want: bytes = b"", usage: list | None = None
     if proc.returncode != 0 or got != want:
         raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}, printed {got!r} (not "
                          f"{want!r}); stderr: {said}")
-    if usage is not None:
-        usage.append(ru)
     return wall, ru.ru_utime + ru.ru_stime, said
 
 
 def single_stream_process(elf: Path, target: str, repeats: int) -> None:
-    """Print ``deltachip run ELF --engine fast --stats`` in a new process (medians of
-    ``repeats``): its wall time, the run's tokens/s as it reports them, and the process's
-    peak RSS (ru_maxrss: the model's mapped pages that were read count as resident)."""
+    """Print ``deltachip run ELF --engine fast`` in a new process (medians of ``repeats``):
+    its wall time, the program's run as :func:`time_run` times it, and
+    the process's peak RSS (VmHWM read in that process: ru_maxrss of a child forked from
+    this one would count this process's pages; the model's mapped pages that were read
+    count as resident)."""
     import json
-    import tempfile
     want = Machine.from_elf(elf).run(10**8).output
-    walls, rates, rss = [], [], []
+    argv = ["run", str(elf.resolve()), "--engine", "fast", "--target", target]
+    walls, runs, rss = [], [], []
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as d:
-            stats, usage = Path(d) / "stats.json", []
-            walls.append(_wall([sys.executable, "-m", "deltachip", "run", str(elf.resolve()),
-                                "--engine", "fast", "--target", target, "--stats",
-                                str(stats)], want, usage)[0])
-            got = json.loads(stats.read_text())
-        rates.append(got["tokens"] / got["seconds"])
-        rss.append(usage[0].ru_maxrss / 1024)
+        wall, _, said = _wall([sys.executable, __file__, "--time-run"] + argv, want)
+        lines = said.strip().splitlines()
+        walls.append(wall)
+        runs.append(json.loads(lines[-2])["the program's run"])
+        rss.append(json.loads(lines[-1])["peak RSS MiB"])
     print(f"single stream in a process of its own (`deltachip run {elf.name} --engine fast`, "
-          f"median of {repeats}): {statistics.median(walls):.2f} s wall, "
-          f"{statistics.median(rates):,.0f} tokens/s, peak RSS "
-          f"{statistics.median(rss):,.0f} MiB")
+          f"median of {repeats}): {statistics.median(walls):.2f} s wall, the run "
+          f"{statistics.median(runs):.2f} s, peak RSS {statistics.median(rss):,.0f} MiB")
 
 
 def second_run(product: Path, target: str, repeats: int, cold: bool = True) -> None:
