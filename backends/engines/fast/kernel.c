@@ -168,7 +168,8 @@ dc_state *dc_state_new(const dc_model *m) {
     s->duec = zalloc(G * m->KC * m->C * sizeof(int32_t));
     s->duen = zalloc(G * m->KC * sizeof(int32_t));
     s->duev = zalloc(G * m->KC * m->C * sizeof(float));
-    s->xl = zalloc(m->H * sizeof(int32_t)); s->hl2 = zalloc(m->H * sizeof(int32_t));
+    s->xl = zalloc((m->H + 1) * sizeof(int32_t));   /* + 1: residual_add writes one past */
+    s->hl2 = zalloc(m->H * sizeof(int32_t));
     s->xm = zalloc(m->H);
     s->kcnt = zalloc(m->NK * sizeof(int32_t)); s->kidx = zalloc(m->NK * sizeof(int32_t));
     s->qcnt = zalloc(m->NK * sizeof(int32_t)); s->qidx = zalloc(2 * m->NK * sizeof(int32_t));
@@ -323,7 +324,9 @@ static void residual_add(const dc_model *m, dc_state *s, int nt) {
         s->am[o] = 0;
         float d = RD(m, s->acc[o]);
         s->x[o] = RD(m, s->x[o] + d);
-        if (!s->xm[o]) { s->xm[o] = 1; s->xl[s->nxl++] = o; }
+        s->xl[s->nxl] = o;          /* listed once, in order, without a branch */
+        s->nxl += !s->xm[o];
+        s->xm[o] = 1;
     }
 }
 
@@ -596,18 +599,20 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     /* gate over the nonzero inputs, then the live defaults untouched; silu (exact domain)
      * picks the active neurons */
     int ng = spmv(&ly->gate, ly->gb, s->h, s->nz, nn, s->ga, s->gt, s->gm);
-    int np = 0;
-    for (int a = 0; a < ng + ly->ndg; a++) {
+    /* most touched neurons are killed: a sum at or below -89 rounds to at most -89
+     * (rounding is monotone, -89 is a bf16), where silu is -0 and nothing is added. The
+     * others are kept in order, without a branch (pt is filled in place: np <= a) */
+    int ns = 0, np = 0;
+    for (int a = 0; a < ng; a++) {
+        int o = s->gt[a];
+        s->pt[ns] = o;
+        ns += !(s->ga[o] <= -89.0f);
+    }
+    for (int a = 0; a < ns + ly->ndg; a++) {
         int o;
         float g, act;
-        if (a < ng) {
-            o = s->gt[a];
-            /* most touched neurons are killed: a sum at or below -89 rounds to at most -89
-             * (rounding is monotone, -89 is a bf16), where silu is -0 and nothing is added */
-            if (s->ga[o] <= -89.0f) continue;
-            g = RD(m, s->ga[o]);
-        }
-        else { o = ly->dg[a - ng]; if (s->gm[o]) continue; g = ly->gd[o]; }
+        if (a < ns) { o = s->pt[a]; g = RD(m, s->ga[o]); }
+        else { o = ly->dg[a - ns]; if (s->gm[o]) continue; g = ly->gd[o]; }
         if (!silu_exact(m, g, &act)) return fail(s, DC_E_SILU, li, g);
         if (act == 0.0f) continue;
         s->pt[np++] = o;
@@ -621,9 +626,9 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         int o = s->pt[a];
         float u = row_out(m, &ly->upr, ly->ub[o], o, s->h);
         float p = RD(m, s->pv[o] * u);
-        if (p == 0.0f) continue;
-        s->pv[o] = p;
-        s->pt[n++] = o;
+        s->pv[o] = p;               /* kept in order where nonzero, without a branch */
+        s->pt[n] = o;
+        n += p != 0.0f;
     }
     int nt = spmv(&ly->down, NULL, s->pv, s->pt, n, s->acc, s->at, s->am);
     residual_add(m, s, nt);
