@@ -66,6 +66,9 @@ typedef struct {
     const int64_t *k_off; const int32_t *k_bits; const int64_t *k_row;
     const int64_t *k_ids;       /* ids of each kind (below 2^bits: a bound on its last field) */
     const int64_t *lm_ptr; const int32_t *lm_col; const float *lm_val; /* structured rows */
+    const uint8_t *same_scale;  /* [2L]: norm k (layer l's first 2l, its second 2l + 1) has
+                                 * the scale of the norm run before it past the ballast, bit
+                                 * for bit (made by native.py) */
 } dc_model;
 
 enum {
@@ -90,6 +93,7 @@ typedef struct {
     int32_t *xl, *hl2;          /* [H]: the dims x may be nonzero on; those h was set on */
     uint8_t *xm;                /* [H] */
     int nxl, nhl;
+    int clean, last_n;          /* x unchanged since the last norm, which gave last_n dims */
     int32_t *kcnt, *kidx, *qcnt, *qidx;           /* [NK], [NK], [NK], [NK][2] */
     float *x, *h;               /* [H] */
     int32_t *nz;                /* [H] */
@@ -261,7 +265,11 @@ int dc_state_err(dc_state *s, int *layer, double *val) {
 /* h = x * scale over the dims; nz = the nonzero dims of h past the ballast (whose part
  * every projection holds as a bias). The pre-norm is that exact scale only while the
  * ballast dominates the mean square (checked). */
-static int norm(const dc_model *m, dc_state *s, const float *scale, int layer) {
+static int norm(const dc_model *m, dc_state *s, const float *scale, int layer, int k) {
+    /* nothing written to x since a norm of the same scale past the ballast: h there, nz and
+     * the check are what they were (h on the ballast dims is read by no projection: each
+     * holds their part as a bias; the final norm, which the lm_head reads, is never skipped) */
+    if (s->clean && k < 2 * m->L && m->same_scale[k]) return s->last_n;
     double rest = 0.0;
     int n = 0;
     const int NB = m->NB, nxl = s->nxl;
@@ -286,6 +294,7 @@ static int norm(const dc_model *m, dc_state *s, const float *scale, int layer) {
     }
     s->nhl = nxl;
     if (rest * m->res_margin >= m->res_ballast) return -1 - fail(s, DC_E_NORM, layer, rest);
+    s->clean = 1; s->last_n = n;
     return n;
 }
 
@@ -319,6 +328,7 @@ static int spmv(const dc_csc *w, const float *bias, const float *restrict h,
 
 /* x += round(acc) over touched dims, rounding the sum (residual add in the dtype). */
 static void residual_add(const dc_model *m, dc_state *s, int nt) {
+    if (nt) s->clean = 0;
     for (int a = 0; a < nt; a++) {
         int o = s->at[a];
         s->am[o] = 0;
@@ -624,7 +634,9 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     int n = 0;
     for (int a = 0; a < np; a++) {
         int o = s->pt[a];
-        float u = row_out(m, &ly->upr, ly->ub[o], o, s->h);
+        /* a row with no weight past the ballast is its default (ud: ub rounded) */
+        float u = ly->upr.ptr[o + 1] == ly->upr.ptr[o] ? ly->ud[o]
+                                                       : row_out(m, &ly->upr, ly->ub[o], o, s->h);
         float p = RD(m, s->pv[o] * u);
         s->pv[o] = p;               /* kept in order where nonzero, without a branch */
         s->pt[n] = o;
@@ -683,6 +695,7 @@ int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps) {
     if (s->err) return -1;
     if (id < 0 || id >= m->vocab) { fail(s, DC_E_TOKEN, -1, (double)id); return -1; }
     if (!s->cl_ok) list_columns(m, s);
+    s->clean = 0;
     for (int a = 0; a < s->nxl; a++) { s->x[s->xl[a]] = 0.0f; s->xm[s->xl[a]] = 0; }
     s->nxl = 0;
     for (int64_t e = m->e_ptr[id]; e < m->e_ptr[id + 1]; e++) {
@@ -693,17 +706,17 @@ int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps) {
     for (int li = 0; li < m->L; li++) {
         const dc_layer *ly = &m->layers[li];
         if (ly->kind == 0) {
-            int nn = norm(m, s, ly->n1, li);
+            int nn = norm(m, s, ly->n1, li, 2 * li);
             if (nn < 0 || gdn(m, s, ly, li, nn)) return -1;
             if (taps) memcpy(taps + (size_t)(2 * li) * m->H, s->x, m->H * sizeof(float));
-            nn = norm(m, s, ly->n2, li);
+            nn = norm(m, s, ly->n2, li, 2 * li + 1);
             if (nn < 0 || mlp(m, s, ly, li, nn)) return -1;
         } else if (taps) {
             memcpy(taps + (size_t)(2 * li) * m->H, s->x, m->H * sizeof(float));
         }
         if (taps) memcpy(taps + (size_t)(2 * li + 1) * m->H, s->x, m->H * sizeof(float));
     }
-    if (norm(m, s, m->nf, m->L) < 0) return -1;
+    if (norm(m, s, m->nf, m->L, 2 * m->L) < 0) return -1;
     int64_t nxt = argmax(m, s);
     if (nxt >= 0) s->pos++;
     return nxt;

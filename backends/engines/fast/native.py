@@ -55,6 +55,7 @@ typedef struct {
     int nkinds; const int64_t *k_off; const int32_t *k_bits; const int64_t *k_row;
     const int64_t *k_ids;
     const int64_t *lm_ptr; const int32_t *lm_col; const float *lm_val;
+    const uint8_t *same_scale;
 } dc_model;
 typedef struct dc_state dc_state;
 dc_state *dc_state_new(const dc_model *m);
@@ -114,6 +115,22 @@ def make_kernel(model: FastModel) -> Any:
     return PyKernel(model)
 
 
+def same_scales(model: FastModel) -> np.ndarray:
+    """[2L] uint8: 1 where a pre-norm (layer l's first at 2l, its second at 2l + 1) has the
+    scale of the norm run before it on every dim past the ballast, bit for bit; the kernel
+    then reuses that norm's result while nothing was added to the residual in between."""
+    same = np.zeros(2 * len(model.layers), dtype=np.uint8)
+    prev = None
+    for li, ly in enumerate(model.layers):
+        if ly.kind != 0:
+            continue
+        for k, sc in ((2 * li, ly.n1), (2 * li + 1, ly.n2)):
+            bits = np.ascontiguousarray(sc[model.NB:], dtype=np.float32).view(np.uint32)
+            same[k] = prev is not None and np.array_equal(prev, bits)
+            prev = bits
+    return same
+
+
 class Native:
     """The C model of one :class:`FastModel` (see the module docstring)."""
 
@@ -147,6 +164,7 @@ class Native:
             zip(model.kinds, ("int64_t", "int32_t", "int64_t", "int64_t")))
         m.lm_ptr, m.lm_col, m.lm_val = (self._ptr(a, t) for a, t in
                                         zip(model.lm, ("int64_t", "int32_t", "float")))
+        m.same_scale = self._ptr(same_scales(model), "uint8_t")
         self.m = m
         self.taps_size = 2 * len(model.layers) * model.H
 

@@ -427,3 +427,29 @@ def test_argmax_is_kernel_c_argmax(compiled):
                 np.float64(margin).view(np.uint64)
         seen[want is not None] += 1
     assert seen[True] > 30 and seen[False] > 5, seen
+
+
+# ---- a norm reused while the residual is unchanged (kernel.c's norm, native.same_scales) --
+
+def test_a_norm_is_reused_only_where_its_scale_is_the_same(compiled, monkeypatch):
+    """The compiler gives every pre-norm one scale past the ballast, so the C kernel reuses a
+    norm while nothing was added to the residual. A model whose last layer's second norm
+    has twice that scale (still exact) is told apart and both kernels agree bit for bit;
+    told wrongly that the scales agree, the C kernel emits another id (so the lockstep
+    sees a reuse where it must not be)."""
+    d = compiled("stack_machine", "bf16")
+    eng = FastEngine(d)
+    m = fmodel.load(d, "bf16")
+    gdns = [i for i, ly in enumerate(m.layers) if ly.kind == 0]
+    same = native.same_scales(m)
+    assert same[2 * gdns[0]] == 0 and all(same[2 * i + 1] for i in gdns)
+    ly = m.layers[gdns[-1]]
+    ly.n2 = ly.n2.copy()
+    ly.n2[m.NB:] *= np.float32(2.0)
+    same = native.same_scales(m)
+    assert same[2 * gdns[-1] + 1] == 0 and same[2 * gdns[-1]] == 1
+    n, err, _ = lockstep(m, [Native(m), PyKernel(m)], _start(eng), 60, eng=eng)
+    assert err is None and n == 60
+    monkeypatch.setattr(native, "same_scales", lambda m: np.ones(2 * len(m.layers), np.uint8))
+    with pytest.raises(AssertionError):
+        lockstep(m, [Native(m), PyKernel(m)], _start(eng), 60, eng=eng)
