@@ -85,7 +85,9 @@ typedef struct {
                                  * can be nonzero (the ballast's, those a write can set, those
                                  * nonzero in S when they were listed); every other column
                                  * is 0 in every row and in every value written */
-    int cl_ok;                  /* the lists are up to date with S (0: list again) */
+    uint8_t *rz;                /* [G][NV][DK]: 1 where a row of S has a nonzero column past
+                                 * the ballast's (0: a read of it adds 0 to every such column) */
+    int cl_ok;                  /* the lists (and rz) are up to date with S (0: list again) */
     int32_t *hnz, *hcnt;        /* [G][KC][C], [G][KC]: the channels touched at a slot */
     uint8_t *hmk;               /* [G][KC][C]: touched there (else the channel's default) */
     int32_t *duec, *duen;       /* [G][KC][C], [G][KC]: conv inputs due at a slot's position */
@@ -150,7 +152,7 @@ static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
 void dc_state_free(dc_state *s) {
     if (!s) return;
-    void *ps[] = {s->S, s->cl, s->ncl, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+    void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
                   s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
@@ -169,6 +171,7 @@ dc_state *dc_state_new(const dc_model *m) {
     s->tmk = zalloc(m->C * sizeof(int32_t)); s->tpo = zalloc(m->C * sizeof(int32_t));
     s->tpv = zalloc(m->C * sizeof(float));
     s->ncl = zalloc(G * m->NV * sizeof(int16_t));
+    s->rz = zalloc(G * m->NV * m->DK);
     s->duec = zalloc(G * m->KC * m->C * sizeof(int32_t));
     s->duen = zalloc(G * m->KC * sizeof(int32_t));
     s->duev = zalloc(G * m->KC * m->C * sizeof(float));
@@ -192,7 +195,7 @@ dc_state *dc_state_new(const dc_model *m) {
     s->ga = zalloc(m->I * sizeof(float)); s->ua = zalloc(m->I * sizeof(float));
     s->gt = zalloc(m->I * sizeof(int32_t)); s->gm = zalloc(m->I);
     s->pv = zalloc(m->I * sizeof(float)); s->pt = zalloc(m->I * sizeof(int32_t));
-    void *ps[] = {s->S, s->cl, s->ncl, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+    void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
                   s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
@@ -222,6 +225,12 @@ static void list_columns(const dc_model *m, dc_state *s) {
             int16_t *cl = s->cl + at * DV, n = 0;
             for (int j = 0; j < DV; j++) if (any[j]) cl[n++] = (int16_t)j;
             s->ncl[at] = n;
+            const float *Sf = s->S + at * DK * DV;
+            for (int k = 0; k < DK; k++) {
+                int live = 0;
+                for (int c = m->NBV; c < n; c++) live |= Sf[(size_t)k * DV + cl[c]] != 0.0f;
+                s->rz[at * DK + k] = (uint8_t)live;
+            }
         }
     }
     s->cl_ok = 1;
@@ -534,6 +543,7 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         float *S = s->S + (((size_t)ly->gdn * m->NV + hh) * DK) * DV;
         const int16_t *cl = s->cl + ((size_t)ly->gdn * m->NV + hh) * DV;
         const int ncl = s->ncl[(size_t)ly->gdn * m->NV + hh];
+        uint8_t *rz = s->rz + ((size_t)ly->gdn * m->NV + hh) * DK;
         /* key: one nonzero (a row store) or none (no write) */
         int nk = s->kcnt[kh], nq = s->qcnt[kh];
         if (nk > 1) return fail(s, DC_E_KEY, li, nk);
@@ -550,13 +560,16 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
             else if (b == 0.0f) beta = 0.5f;
             else return fail(s, DC_E_BETA, li, b);
             float *row = S + (size_t)ka * DV;
+            int live = 0;
             for (int c = 0; c < ncl; c++) {
                 int j = cl[c];
                 float vj = vm[j] ? v[j] : 0.0f;
                 float kvm = row[j] * kn;
                 float delta = (vj - kvm) * beta;
                 row[j] = row[j] + kn * delta;
+                live |= (c >= m->NBV) & (row[j] != 0.0f);
             }
+            rz[ka] = (uint8_t)live;
         }
         if (nq == 0) continue;
         /* the query: l2norm in fp32, divided by sqrt(d_k); the read sums rows in order */
@@ -567,8 +580,13 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         float inv = 1.0f / sqrtf(ss + 1e-6f);
         float qv[2];
         for (int t = 0; t < nq; t++) qv[t] = (q[qi[t]] * inv) / m->qdiv;
+        /* rows with nothing past the ballast's columns give 0 there (skipped below, as a 0
+         * would be): only the ballast's columns are read */
+        int live = 0;
+        for (int t = 0; t < nq; t++) live |= rz[qi[t]];
+        const int nc = live ? ncl : m->NBV;
         float o[512];
-        for (int c = 0; c < ncl; c++) {
+        for (int c = 0; c < nc; c++) {
             int j = cl[c];
             float acc = 0.0f;
             for (int t = 0; t < nq; t++) acc += S[(size_t)qi[t] * DV + j] * qv[t];
@@ -578,10 +596,10 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         float sb = 0.0f;
         double rest = 0.0;
         for (int j = 0; j < m->NBV; j++) sb += o[j] * o[j];
-        for (int c = m->NBV; c < ncl; c++) rest += (double)o[cl[c]] * o[cl[c]];
+        for (int c = m->NBV; c < nc; c++) rest += (double)o[cl[c]] * o[cl[c]];
         if (rest != 0.0 && rest * m->gn_margin >= (double)sb) return fail(s, DC_E_GNORM, li, rest);
         float r = 1.0f / sqrtf(sb / (float)DV + 1e-6f);
-        for (int c = 0; c < ncl; c++) {
+        for (int c = 0; c < nc; c++) {
             int j = cl[c];
             if (o[j] == 0.0f) continue;
             float yj = RD(m, o[j] * r);
