@@ -175,22 +175,31 @@ def _wall(cmd: list[str], want: bytes = b"") -> tuple[float, float, str]:
     return wall, ru.ru_utime + ru.ru_stime, said
 
 
+def timed_run(argv: list[str], want: bytes, flag: str = "--time-run"
+              ) -> tuple[float, dict[str, float], dict]:
+    """``deltachip ARGV`` under :func:`time_run` in a new process (``flag``: ``--time-run``
+    or ``--time-run-cold``), which must print ``want``: its wall seconds, the seconds of
+    each part and the facts (peak RSS, heavy modules imported) it reported."""
+    import json
+    wall, _, said = _wall([sys.executable, __file__, flag] + argv, want)
+    lines = said.strip().splitlines()
+    return wall, json.loads(lines[-2]), json.loads(lines[-1])
+
+
 def single_stream_process(elf: Path, target: str, repeats: int) -> None:
     """Print ``deltachip run ELF --engine fast`` in a new process (medians of ``repeats``):
     its wall time, the program's run as :func:`time_run` times it, and
     the process's peak RSS (VmHWM read in that process: ru_maxrss of a child forked from
     this one would count this process's pages; the model's mapped pages that were read
     count as resident)."""
-    import json
     want = Machine.from_elf(elf).run(10**8).output
     argv = ["run", str(elf.resolve()), "--engine", "fast", "--target", target]
     walls, runs, rss = [], [], []
     for _ in range(repeats):
-        wall, _, said = _wall([sys.executable, __file__, "--time-run"] + argv, want)
-        lines = said.strip().splitlines()
+        wall, parts, facts = timed_run(argv, want)
         walls.append(wall)
-        runs.append(json.loads(lines[-2])["the program's run"])
-        rss.append(json.loads(lines[-1])["peak RSS MiB"])
+        runs.append(parts["the program's run"])
+        rss.append(facts["peak RSS MiB"])
     print(f"single stream in a process of its own (`deltachip run {elf.name} --engine fast`, "
           f"median of {repeats}): {statistics.median(walls):.2f} s wall, the run "
           f"{statistics.median(runs):.2f} s, peak RSS {statistics.median(rss):,.0f} MiB")
@@ -203,19 +212,14 @@ def second_run(product: Path, target: str, repeats: int, cold: bool = True) -> N
     alternating with the others) and the wall time of a process that starts Python alone
     and one that imports numpy alone. ``cold``: also the same run with the model loaded
     from the checkpoint (once)."""
-    import json
     py, want = [sys.executable], Machine.from_elf(product).run(10**6).output
     argv = ["run", str(product.resolve()), "--engine", "fast", "--target", target]
-
-    def timed_run(flag: str) -> tuple[dict[str, float], dict]:
-        lines = _wall(py + [__file__, flag] + argv, want)[2].strip().splitlines()
-        return json.loads(lines[-2]), json.loads(lines[-1])
     runs, bare, empty, parts, info = [], [], [], [], []
     for _ in range(repeats):
         runs.append(_wall(py + ["-m", "deltachip"] + argv, want)[:2])
         empty.append(_wall(py + ["-c", "pass"])[0])
         bare.append(_wall(py + ["-c", "import numpy"])[0])
-        got, facts = timed_run("--time-run")
+        _, got, facts = timed_run(argv, want)
         parts.append(got)
         info.append(facts)
     run, used = (statistics.median(r[i] for r in runs) for i in range(2))
@@ -239,7 +243,7 @@ def second_run(product: Path, target: str, repeats: int, cold: bool = True) -> N
     print(f"  {total:7.3f} {1:6.0%}  {ALL} (the wall time above also counts Python's start "
           f"and exit)")
     if cold:
-        cparts, cinfo = timed_run("--time-run-cold")
+        _, cparts, cinfo = timed_run(argv, want, "--time-run-cold")
         print(f"  the same run with the model from the checkpoint (once): {cparts[ALL]:.2f} s "
               f"from the first import, the model {cparts[COLD]:.2f} s, peak RSS "
               f"{cinfo['peak RSS MiB']:,.0f} MiB")
