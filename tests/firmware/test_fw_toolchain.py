@@ -202,6 +202,43 @@ def test_printf_matches_python(tmp_path, engine):
     assert text.endswith("n=5\np\n4 1\n   7|8  |xy|\n")
 
 
+def _number_cases() -> list[tuple[str, int]]:
+    """Every digit-count boundary of 32 and 64 bits and seeded random values, through the
+    conversions the runtime prints by different paths (%d/%u without flags; the rest)."""
+    import random
+    rng = random.Random(41)
+    edges = sorted({v + d for k in range(11) for v in (10**k,) for d in (-1, 0, 1)} |
+                   {2**31 - 1, 2**31, 2**32 - 1})
+    unsigned = [v for v in edges if 0 <= v < 2**32] + [rng.getrandbits(rng.randint(1, 32))
+                                                      for _ in range(40)]
+    signed = [v - 2**32 if v >= 2**31 else v for v in unsigned]
+    wide = [2**32, 2**32 + 1, 10**10, 10**19 - 1, 2**64 - 1] + [rng.getrandbits(64)
+                                                              for _ in range(8)]
+    cases = [("%d", v) for v in signed] + [("%i", v) for v in signed[::3]]
+    cases += [("%u", v) for v in unsigned] + [("%x", v) for v in unsigned[::2]]
+    cases += [("%5d", v) for v in signed[::4]] + [("%.3u", v) for v in unsigned[::5]]
+    cases += [("%llu", v) for v in wide] + [("%llx", v) for v in wide]
+    cases += [("%lld", v - 2**63) for v in wide]
+    return cases
+
+
+def test_printf_numbers_and_counts_match_python(tmp_path, engine):
+    # each conversion printed alone, then the byte count printf returned for it
+    lines = ['#include "deltachip.h"', "int main(void) {"]
+    want = []
+    for fmt, arg in _number_cases():
+        lines.append(f'    printf("=%d\\n", printf("{fmt}", {_c_literal(arg)}));')
+        text = fmt.replace("ll", "") % arg
+        want.append(f"{text}={len(text)}\n")
+    lines.append('    printf("=%d\\n", printf("%u%d|%%|%u%%", 7u, -12, 345u));')
+    want.append("7-12|%|345%=11\n")
+    lines.append("    return 0; }")
+    src = write(tmp_path / "numbers.c", "\n".join(lines) + "\n")
+    out = run_on(engine, build([src], tmp_path / "numbers.elf"))
+    assert out.exit_code == 0
+    assert out.output.decode().splitlines(keepends=True) == want
+
+
 # ---------------------------------------------------------------- CLI
 
 def test_cli_build_and_list(tmp_path, capsys):
