@@ -48,12 +48,13 @@ MIX = [("sieve", None), ("sort", None), ("multiply", None), ("crc32", None),
 
 
 def build_all(out: Path) -> dict[str, Path]:
+    """The mix's programs built afresh into ``out`` (an ELF left there by an earlier run may
+    come from older sources or runtime)."""
     out.mkdir(parents=True, exist_ok=True)
     elfs = {}
     for name in sorted({n for n, _ in MIX}):
         elfs[name] = out / f"{name}.elf"
-        if not elfs[name].exists():
-            toolchain.build(toolchain.shipped_programs()[name], elfs[name])
+        toolchain.build(toolchain.shipped_programs()[name], elfs[name])
     return elfs
 
 
