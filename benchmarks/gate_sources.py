@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,9 +75,9 @@ def main() -> None:
         chip = json.load(f)
     eng = FastEngine(path, "bf16", threads=1)
     eng.native = kernel = CountingKernel(eng.model)
-    elf = Path(os.environ.get("TMPDIR", "/tmp")) / f"gate_sources_{a.program}.elf"
-    toolchain.build(toolchain.shipped_programs()[a.program], elf)
-    image = load_program(elf, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        elf = toolchain.build(toolchain.shipped_programs()[a.program], Path(tmp) / "p.elf")
+        image = load_program(elf, None)
     cache = eng.new_cache(1, [image.images])
     t0 = time.perf_counter()
     ids = eng.run(cache, 0, eng.token_id(image.start), a.tokens)

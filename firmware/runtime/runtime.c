@@ -62,7 +62,9 @@ static char *format_digits(unsigned long long v, unsigned base, int upper, char 
 }
 
 /* %d or %u with no flags, width or precision (the common case, kept short): prints '-'
- * when `negative`, then the digits of w. */
+ * when `negative`, then the digits of w. It keeps w's two-digit pieces as small numbers
+ * rather than going through format_decimal's buffer: the core then carries no stack
+ * addresses in the loop (measured on fibonacci: 5,683 instructions against 6,484). */
 static int __attribute__((noinline)) print_decimal(unsigned w, int negative) {
     unsigned char pairs[5];          /* w's two-digit pieces past the first, last first */
     unsigned char *p = pairs;
