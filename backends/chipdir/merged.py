@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
-MODEL_TYPE = "deltachip_routed"
+#: a routed merge's config.json ``model_type``: Qwen3.5's own text type, so that
+#: transformers' AutoConfig (which AutoTokenizer runs before it reads the tokenizer's files)
+#: resolves it without asking whether to run the modeling file; AutoModelForCausalLM without
+#: ``trust_remote_code`` is stopped by :data:`STOCK_GUARD`
+MODEL_TYPE = "qwen3_5_text"
+#: a routed merge's config.json ``hidden_act`` (read by nothing of the routed model, whose
+#: layers take the base's and the chip's configs): no activation, so a plain Qwen3.5 model
+#: built from this config.json fails at once with this text as the error
+STOCK_GUARD = ("deltachip routed merge: load it with trust_remote_code=True "
+               "(a plain Qwen3.5 model cannot run it)")
 #: where transformers finds the routed model's classes (config.json's ``auto_map``)
 AUTO_MAP = {"AutoConfig": "modeling_deltachip.DeltachipRoutedConfig",
             "AutoModelForCausalLM": "modeling_deltachip.DeltachipRoutedForCausalLM"}

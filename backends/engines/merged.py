@@ -289,9 +289,11 @@ def check_routed_fields(f: Path, cfg: dict[str, Any], manifest: dict[str, Any]) 
     def bad(field: str, want: str) -> ChipDirError:
         got = json.dumps(cfg.get(field, "missing"))
         return ChipDirError(f"{f}: {field} is {got[:80]}, but {want}: merge it again")
-    from backends.chipdir.merged import AUTO_MAP, MODEL_TYPE
+    from backends.chipdir.merged import AUTO_MAP, MODEL_TYPE, STOCK_GUARD
     if cfg.get("model_type") != MODEL_TYPE:
         raise bad("model_type", f"a routed merge's is {MODEL_TYPE!r}")
+    if cfg.get("hidden_act") != STOCK_GUARD:
+        raise bad("hidden_act", "a routed merge's stops a plain model from loading it")
     if cfg.get("auto_map") != AUTO_MAP:
         raise bad("auto_map", f"a routed merge's names {MODELING}'s classes")
     want = {"chip_token_offset": offset, "chip_vocab_size": count, "vocab_size": offset + count}

@@ -248,6 +248,10 @@ def language_config(cfg: dict[str, Any], where: Path) -> dict[str, Any]:
 def check_base_config(cfg: dict[str, Any], where: Path) -> None:
     """MergeError unless ``cfg`` is a Qwen3.5 text config transformers accepts."""
     mt = cfg.get("model_type")
+    if cfg.get("auto_map") is not None and "base_config" in cfg:
+        raise MergeError(f"{where}: is a routed merge's config (deltachip merge's output, "
+                         f"its base in base_config): merge takes a Qwen3.5 text checkpoint; "
+                         f"give the base it was made from")
     if mt != MODEL_TYPE:
         raise MergeError(f"{where}: model_type is {json.dumps(mt)}, not '{MODEL_TYPE}': merge "
                          f"takes a Qwen3.5 text checkpoint ({ARCHITECTURE})")

@@ -3,8 +3,9 @@
 Takes: a base directory (:mod:`backends.merge.base`), a directory written by ``deltachip
 compile``, an output path. Gives: OUT_DIR with
 
-- ``config.json``: model_type ``deltachip_routed`` with ``auto_map`` to the shipped
-  ``modeling_deltachip.py`` (load with ``trust_remote_code=True``), the base's config as
+- ``config.json``: ``auto_map`` to the shipped ``modeling_deltachip.py`` (load with
+  ``trust_remote_code=True``; model_type ``qwen3_5_text`` and a ``hidden_act`` no plain
+  model can build: :data:`~backends.chipdir.merged.STOCK_GUARD`), the base's config as
   ``base_config``, the chip's as ``chip_config``, ``chip_token_offset`` (the base's
   vocab_size: chip token ``i`` is id ``offset + i``) and ``chip_vocab_size``;
 - the weights: every base shard copied byte for byte (renamed ``model-0000i-of-0000N``; a
@@ -40,7 +41,8 @@ from typing import Any, Callable, Protocol
 from backends.chipdir.checkpoint import shard_name
 from backends.chipdir.chipschema import kind_ids
 from backends.chipdir.merged import (AUTO_MAP, FORMAT, FORMAT_VERSION, MANIFEST,  # noqa: F401
-                                     MODEL_TYPE, MODELING, PLAIN_TABLES, read_merged_json)
+                                     MODEL_TYPE, MODELING, PLAIN_TABLES, STOCK_GUARD,
+                                     read_merged_json)
 from backends.chipdir.checkpoint import INDEX, SINGLE
 from backends.merge.base import Base, read_base, read_json, read_text_file
 from backends.chipdir.stfile import (MergeError, OutTensor, copy_file, file_size, read_header,
@@ -519,6 +521,7 @@ def _config(base: Base, chip: MergeChip, offset: int, count: int, dtype: str) ->
         "model_type": MODEL_TYPE,
         "architectures": ["DeltachipRoutedForCausalLM"],
         "auto_map": AUTO_MAP,
+        "hidden_act": STOCK_GUARD,
         "base_config": base.config,
         "chip_config": chip.config,
         "chip_token_offset": offset,

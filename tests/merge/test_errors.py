@@ -49,6 +49,16 @@ def test_a_non_qwen_base_is_refused(bases, chips, tmp_path):
              r"model_type is \"llama\", not 'qwen3_5_text': merge takes a Qwen3.5 text")
 
 
+def test_a_routed_merge_is_not_a_base(merged, chips, tmp_path):
+    """A routed merge's config.json says model_type qwen3_5_text (for AutoTokenizer): as a
+    base it is still named for what it is."""
+    base = _copy(merged("tied", "counter"), tmp_path / "merged")
+    _refused(base, chips["counter"], tmp_path / "out",
+             r"config\.json: is a routed merge's config \(deltachip merge's output, its base "
+             r"in base_config\): merge takes a Qwen3\.5 text checkpoint; give the base it was "
+             r"made from")
+
+
 def test_a_vision_language_base_needs_its_text_config_and_text_model(bases, chips, tmp_path):
     base = _copy(bases["vl"], tmp_path / "vl")
     cfg = json.loads((base / "config.json").read_text())

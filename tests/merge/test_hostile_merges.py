@@ -366,6 +366,10 @@ def _set(**changes):
                          "(deltachip.json: base.config_sha256)"),
     ({"auto_map": None}, "auto_map is null, but a routed merge's names modeling_deltachip.py's "
                          "classes"),
+    ({"model_type": "deltachip_routed"}, "model_type is \"deltachip_routed\", but a routed "
+                                         "merge's is 'qwen3_5_text'"),
+    ({"hidden_act": "silu"}, "hidden_act is \"silu\", but a routed merge's stops a plain model "
+                             "from loading it"),
     ({"chip_rom_layers": ["a"]}, "chip_rom_layers is [\"a\"], but it lists layer numbers"),
     ({"chip_programs": 3}, "chip_programs is 3, but the merge wrote 1 program "
                            "(deltachip.json: the firmware and its programs)"),

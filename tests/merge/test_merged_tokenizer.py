@@ -1,20 +1,18 @@
-"""A merged checkpoint's tokenizer without the model's custom code.
+"""A merged checkpoint's tokenizer loads without the model's custom code, and asks nothing.
 
 transformers 5's ``AutoTokenizer.from_pretrained(DIR)`` reads the model's config before the
 tokenizer's (tokenization_auto.py: ``AutoConfig.from_pretrained(DIR,
 trust_remote_code=trust_remote_code)`` whenever no ``config=``, ``tokenizer_type=`` or
-``gguf_file=`` is given; ``tokenizer_config.json`` and its ``tokenizer_class`` are read only
-after it). A routed merge's config.json has ``auto_map.AutoConfig`` and a ``model_type``
-transformers does not know, so with ``trust_remote_code`` left unset
-``resolve_trust_remote_code`` asks whether to run the custom code (input() for 15 s on a
-terminal; elsewhere the question is printed, input() fails and AutoTokenizer falls back to a
-plain PreTrainedConfig). No file the merge writes can avoid the question without a
-``model_type`` transformers knows, and that would let ``AutoModelForCausalLM`` without
-trust load a plain model of that type (docs/merge.md). So the tokenizer loads without the
-code when asked so: ``trust_remote_code=False`` (or ``config=model.config``). These tests
-pin it: no question, no custom code run, the base's ids for text and the chip's tokens;
-the stock layout asks nothing at all; and a routed model never loads as a plain model
-without trust.
+``gguf_file=`` is given). A config.json whose ``auto_map.AutoConfig`` comes with a
+``model_type`` transformers does not know makes ``resolve_trust_remote_code`` ask whether to
+run the custom code (input() for 15 s). A routed merge's config.json therefore says
+``model_type: qwen3_5_text``: AutoConfig resolves it without the question (to a plain Qwen3.5
+text config, which the tokenizer only reads for its type). That same plain config must never
+become a plain model of the merged weights: its ``hidden_act`` is
+:data:`backends.chipdir.merged.STOCK_GUARD`, no activation, so AutoModelForCausalLM without
+trust fails at once with that text, which names ``trust_remote_code=True``. These tests pin
+it: no question, no custom code run, the base's ids for text and the chip's tokens, for the
+routed and the stock layout; a routed model never loads as a plain model without trust.
 """
 from __future__ import annotations
 
@@ -60,9 +58,11 @@ def _same_text_ids(tok, base):
         assert tok(t).input_ids == ref(t).input_ids
 
 
-def test_routed_tokenizer_without_trust(merged, bases, no_question):
+@pytest.mark.parametrize("trust", [None, False])
+def test_routed_tokenizer_without_trust(merged, bases, no_question, trust):
+    """``AutoTokenizer.from_pretrained(DIR)`` as a user types it (and with trust refused)."""
     out = merged("tied", "counter")
-    tok = _tok(out, trust_remote_code=False)
+    tok = _tok(out) if trust is None else _tok(out, trust_remote_code=trust)
     _same_text_ids(tok, bases["tied"])
     start = tok.convert_tokens_to_ids("<|chip:Count:0|>")
     assert start == 320 and tok.decode([start]) == "<|chip:Count:0|>"
@@ -84,32 +84,25 @@ def test_stock_tokenizer_asks_nothing(stock, bases, no_question):
     assert tok.convert_tokens_to_ids("<|chip:Count:0|>") == 320
 
 
-def test_routed_plain_call_asks_and_a_no_still_gives_the_tokenizer(merged, bases,
-                                                                   monkeypatch):
-    """transformers' behaviour the docs describe: unset, it asks; answered no, the tokenizer
-    loads all the same."""
-    asked = []
+def test_a_routed_model_without_trust_is_refused_not_loaded_plain(merged, no_question):
+    """No trust: an error that says to pass trust_remote_code=True, raised before a weight
+    is read, never a plain Qwen model of the merged weights; with trust, the routed model."""
+    import resource
 
-    def answer(prompt=""):
-        asked.append(prompt)
-        return "n"
-    monkeypatch.setattr(builtins, "input", answer)
-    tok = _tok(merged("tied", "counter"))
-    assert asked and "custom code" in asked[0]
-    _same_text_ids(tok, bases["tied"])
-
-
-@pytest.mark.parametrize("answer", ["n", EOFError])
-def test_a_routed_model_without_trust_is_refused_not_loaded_plain(merged, monkeypatch,
-                                                                  answer):
-    """No trust (answered no, or no terminal to ask on): an error that says to pass
-    trust_remote_code=True, never a plain Qwen model of the merged weights."""
     from transformers import AutoModelForCausalLM
+    from backends.chipdir.merged import STOCK_GUARD
+    out = str(merged("tied", "counter"))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(KeyError, match="load it with trust_remote_code=True") as e:
+        AutoModelForCausalLM.from_pretrained(out)
+    assert e.value.args == (STOCK_GUARD,)
+    # the plain model of the config's default sizes is never built (it would be gigabytes)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10
 
-    def reply(prompt=""):
-        if answer is EOFError:
-            raise EOFError
-        return answer
-    monkeypatch.setattr(builtins, "input", reply)
-    with pytest.raises(ValueError, match="trust_remote_code|custom code|model type"):
-        AutoModelForCausalLM.from_pretrained(str(merged("tied", "counter")))
+
+def test_a_routed_model_loads_routed_with_trust(merged):
+    from tests.merge.conftest import load
+    import torch
+    m = load(merged("tied", "counter"), torch.float32)
+    assert type(m).__name__ == "DeltachipRoutedForCausalLM"
+    assert type(m.config).__name__ == "DeltachipRoutedConfig"

@@ -38,7 +38,7 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import (Qwen3_5PreTrainedModel
 
 class DeltachipRoutedConfig(PreTrainedConfig):
     """The base's text config, the chip's, and where the chip's ids start."""
-    model_type = "deltachip_routed"
+    model_type = "qwen3_5_text"     # config.json's (backends/chipdir/merged.py, MODEL_TYPE)
     sub_configs_defaults = {"base_config": Qwen3_5TextConfig, "chip_config": Qwen3_5TextConfig}
 
     base_config: dict | PreTrainedConfig | None = None
