@@ -16,12 +16,14 @@ from backends.compile.lower.bits import (MAX_SPAN, LoweringError, SHIFT_GROUP, s
 class Arith:
     """Adders, sums, shifts and multipliers (see the module docstring)."""
 
-    def prefix_pos(self, e: Sequence[Form], idx: Sequence[int], lazy: bool = False
-                   ) -> dict[int, "Form | PendingBit"]:
+    def prefix_pos(self, e: Sequence[Form], idx: Sequence[int], lazy: bool = False,
+                   center: bool = False) -> dict[int, "Form | PendingBit"]:
         """For each i in idx: 1 if the sign of the digit string e[i], e[i-1], ..., e[0]
         (digits in {-1, 0, 1}, e[i] most significant) is positive, else 0 (``lazy``: the
-        last stage left pending, so a select can fuse it)."""
-        final = self.pending if lazy else self.fn
+        last stage left pending, so a select can fuse it; ``center``: every lane 0 where the
+        digits' lanes are, :meth:`fns`)."""
+        fn = lambda T, f: self.fn(T, f, center)
+        final = self.pending if lazy else fn
         res: dict[int, Form] = {}
         step1 = lambda v: int(v >= 1)
         sign = lambda v: (v > 0) - (v < 0)
@@ -29,7 +31,7 @@ class Arith:
 
         def block_sign(b: int) -> Form:
             if b not in blocks:
-                blocks[b] = self.fn(lin([(1 << (j - 8 * b), e[j]) for j in range(8 * b, 8 * b + 8)]), sign)
+                blocks[b] = fn(lin([(1 << (j - 8 * b), e[j]) for j in range(8 * b, 8 * b + 8)]), sign)
             return blocks[b]
         q: dict[int, Form] = {}
         for i in idx:
@@ -40,7 +42,7 @@ class Arith:
                 raise LoweringError(f"{self.loc()}: compare/add wider than 64 bits")
             else:
                 q[i] = block_sign(b) if i == 8 * b + 7 else \
-                    self.fn(lin([(1 << (j - 8 * b), e[j]) for j in range(8 * b, i + 1)]), sign)
+                    fn(lin([(1 << (j - 8 * b), e[j]) for j in range(8 * b, i + 1)]), sign)
         for i, qi in q.items():
             b = i // 8
             T = lin([(1 << b, qi)] + [(1 << bb, block_sign(bb)) for bb in range(b)])
@@ -59,7 +61,9 @@ class Arith:
         if W > 7 and (all(x.hi <= 0 for x in e[1:W]) or all(x.lo >= 0 for x in e[1:W])):
             return self.one_sided_add(a, bb, e)
         want = ([7] if W > 7 else []) + list(range(14, W))
-        carries = self.prefix_pos(e, want) if want else {}
+        # a - b: its carries are 1 where b is 0 (no borrow), so their lanes hold the
+        # difference from that (the borrows): a datapath whose b is 0 adds nothing
+        carries = self.prefix_pos(e, want, center=sub) if want else {}
         out = []
         for i in range(W):
             if i < 14:
@@ -185,13 +189,15 @@ class Arith:
         if ea is not None and eb is not None:
             # both operands sign- (or zero-) extend their lower halves: x = x_lo - e_x 2^h
             # (mod 2^W), so a*b = a_lo*b_lo - 2^h (e_a b_lo + e_b a_lo): h*h partial products
-            # and two rows whose negation is their complement plus 1 (W*W/2 products before)
+            # and two rows -e v 2^h = e (~v + 1) 2^h (mod 2^W: e 2^W is 0), each bit an AND
+            # with e, so that a row is all 0 where e is (an unsigned or idle multiply: its
+            # lanes add nothing there), not its complement (W*W/2 products before)
             for e, v in ((ea, b), (eb, a)):
                 if isinstance(e, Form) and e.is_const and e.c == 0:
                     continue
                 for j in range(h):
-                    cols[h + j].append(lin([(-1, self.mat(self.sym("and", (e, v[j]))))], 1))
-                cols[h].append(const(1))
+                    cols[h + j].append(self.mat(self.sym("and", (e, self.negate(v[j])))))
+                cols[h].append(self.mat(e))
             a, b = a[:h], b[:h]
         for j in range(len(b)):
             for i in range(min(len(a), W - j)):

@@ -304,4 +304,5 @@ class Logic:
             return const(1)
         if len(parts) == 1:
             return self.pending(parts[0], is0)
-        return self.sym("and", [self.fn(T, is0) for T in parts])
+        # each part's lane is 0 where both sides are (an idle compare adds nothing)
+        return self.sym("and", [self.fn(T, is0, center=True) for T in parts])

@@ -11,6 +11,27 @@ from backends.compile.program import Form, Lane, MuxBit, Neuron, PendingBit, con
 from backends.compile.lower.bits import MAX_SPAN, LoweringError, MIN_PRE, thresholds
 
 
+def centered(vs: Sequence[int], k0: int) -> dict[tuple[int, int], int]:
+    """{(1, k): a} and {(-1, k): a} with f(j) = vs[k0] + sum(a * relu(j - k)) over the first
+    + sum(a * relu(k - j)) over the second, for j = 0 .. len(vs) - 1 (vs[j]: f at the j-th
+    value of its range): the first are cuts k >= k0, the second k <= k0, so every term is 0
+    at j = k0. (k0 = 0 gives :func:`~backends.compile.lower.bits.thresholds`' cuts.)"""
+    out: dict[tuple[int, int], int] = {}
+    prev = 0
+    for j in range(k0 + 1, len(vs)):          # above k0: slopes rising from 0
+        dj = vs[j] - vs[j - 1]
+        if dj - prev:
+            out[1, j - 1] = dj - prev
+        prev = dj
+    prev = 0
+    for k in range(k0, 0, -1):                # below k0: slopes seen from k0 down
+        dk = vs[k] - vs[k - 1]
+        if prev - dk:
+            out[-1, k] = prev - dk
+        prev = dk
+    return out
+
+
 class Neurons:
     """Lanes, placement and neuron builders (see the module docstring)."""
 
@@ -57,9 +78,14 @@ class Neurons:
     def loc(self) -> str:
         return str(self.c.nodes[self.cur].loc) if self.cur >= 0 else "<chip>"
 
-    def fns(self, T: Form, funcs: Sequence[Callable[[int], int]]) -> list[Form]:
-        """Forms holding f(T) for each f, from shared neurons relu(T - c)."""
+    def fns(self, T: Form, funcs: Sequence[Callable[[int], int]], center: bool = False
+            ) -> list[Form]:
+        """Forms holding f(T) for each f, from shared neurons relu(T - c): each lane holds
+        f(T) - f(lo), 0 where T is at its least. ``center``: and neurons relu(c - T), each lane
+        f(T) - f(c0) with c0 the constant of T, the value T has where its lanes are 0
+        (:func:`centered`): every neuron is off there, and the lanes 0."""
         lo, hi = T.lo, T.hi
+        k0 = min(max(T.c - lo, 0), hi - lo)
         if lo == hi:
             return [const(f(lo)) for f in funcs]
         vals = [[f(v) for v in range(lo, hi + 1)] for f in funcs]
@@ -78,18 +104,55 @@ class Neurons:
                     out[i] = const(vs[0])
                 coefs.append({})
                 continue
-            coefs.append(thresholds(T, funcs[i])[1])
-        cuts = sorted({c for cd in coefs for c in cd})
+            coefs.append({(sg, lo + k): a for (sg, k), a in centered(vs, k0).items()} if center
+                         else {(1, c): a for c, a in thresholds(T, funcs[i])[1].items()})
+        cuts = sorted({c for cd in coefs for c in cd})     # (sign, c): relu(sign * (T - c))
         if not cuts:
             return [o if o is not None else const(vals[i][0]) for i, o in enumerate(out)]
-        for c in cuts:
-            if hi - c > MAX_SPAN or lo - c < MIN_PRE:
+        for sg, c in cuts:
+            pre = sorted((sg * (lo - c), sg * (hi - c)))
+            if pre[1] > MAX_SPAN or pre[0] < MIN_PRE:
                 raise LoweringError(f"{self.loc()}: internal: pre-activation range "
-                                    f"[{lo - c}, {hi - c}] outside [{MIN_PRE}, {MAX_SPAN}]")
-        parts = self.place(self.slot_of([T]), len(cuts))
+                                    f"[{pre[0]}, {pre[1]}] outside [{MIN_PRE}, {MAX_SPAN}]")
+        slot = self.slot_of([T])
         done = {i for i, o in enumerate(out) if o is not None}
+        todo = [i for i in range(len(funcs)) if i not in done]
+        if len(todo) > 1 and len(self.place(slot, len(cuts))) > 1:
+            # too many neurons for one layer: split over layers, each part's lane must stay
+            # a small integer (below), which shared cuts cannot promise (no cut of the
+            # union may end every function's part at once): each function on its own
+            for i in todo:
+                out[i] = self.fns(T, [funcs[i]], center)[0]
+            return out  # type: ignore[return-value]
+
+        def share(cd: dict, part: Sequence[tuple[int, int]]) -> list[int]:
+            """A part's share of f(T) - base on T's range: the sum of coef * relu(sign * (T
+            - c)) over its cuts."""
+            return [sum(cd[sc] * max(0, sc[0] * (v - sc[1])) for sc in part if sc in cd)
+                    for v in range(lo, hi + 1)]
         first = 0
-        for layer, k in parts:
+        while first < len(cuts):
+            parts = self.place(slot, len(cuts) - first)
+            layer, k = parts[0]
+            whole = first == 0 and len(parts) == 1
+            if not whole:
+                # split over layers: each part writes its own lane, a residual value that
+                # must stay within +-MAX_SPAN (exact.py): the longest run of cuts that does
+                # and fits the layer's room, or the shortest one, in the first layer with
+                # room for it (a parity's cuts come in pairs: one alone is a ramp)
+                def bounded(e: int) -> bool:
+                    return all(max(map(abs, share(cd, cuts[first:first + e]))) <= MAX_SPAN
+                               for i, cd in enumerate(coefs) if i not in done and cd)
+                e = next((e for e in range(k, 0, -1) if bounded(e)), 0)
+                if not e:
+                    e = next((e for e in range(k + 1, len(cuts) - first) if bounded(e)),
+                             len(cuts) - first)
+                    room = self.place(slot, e)
+                    if len(room) == 1:
+                        layer = room[0][0]
+                    else:               # no layer has room for it: the proof will say so
+                        e = k
+                k = e
             part = cuts[first:first + k]
             first += k
             lanes: dict[int, int] = {}
@@ -97,22 +160,22 @@ class Neurons:
                 if i in done or not any(c in cd for c in part):
                     continue
                 vs = vals[i]
-                # this part's share of f(T) - f(lo): sum of coef * relu(T - c) over its cuts
-                g = [v - vs[0] for v in vs] if len(parts) == 1 else \
-                    [sum(cd[c] * max(0, v - c) for c in part if c in cd) for v in range(lo, hi + 1)]
+                base = vs[k0] if center else vs[0]
+                g = [v - base for v in vs] if whole else share(cd, part)
                 lanes[i] = self.new_lane(2 * layer + 1, min(g), max(g))
                 if out[i] is None:
-                    out[i] = Form(vs[0], {lanes[i]: 1}, min(vs), max(vs))
+                    out[i] = Form(base, {lanes[i]: 1}, min(vs), max(vs))
                 else:
-                    out[i] = Form(vs[0], {**out[i].t, lanes[i]: 1}, min(vs), max(vs))
+                    out[i] = Form(base, {**out[i].t, lanes[i]: 1}, min(vs), max(vs))
             neurons = self.mlp.setdefault(layer, [])
-            for c in part:
-                o = {lanes[i]: cd[c] for i, cd in enumerate(coefs) if c in cd and i in lanes}
-                neurons.append(Neuron(lin([(1, T)], -c), o, self.cur))
+            for sg, c in part:
+                o = {lanes[i]: cd[sg, c] for i, cd in enumerate(coefs)
+                     if (sg, c) in cd and i in lanes}
+                neurons.append(Neuron(lin([(sg, T)], -sg * c), o, self.cur))
         return out  # type: ignore[return-value]
 
-    def fn(self, T: Form, f: Callable[[int], int]) -> Form:
-        return self.fns(T, [f])[0]
+    def fn(self, T: Form, f: Callable[[int], int], center: bool = False) -> Form:
+        return self.fns(T, [f], center)[0]
 
     def relu_sum(self, terms: Sequence[tuple[Form, int]], lo: int, hi: int) -> Form:
         """A lane = sum(k * relu(T)) whose value is known to lie in [lo, hi]."""
