@@ -83,7 +83,7 @@ def predecode(word: int, pc: int) -> dict[str, int]:
     (:data:`PREDECODED`; ops.hdl layout)."""
     ops = op_codes()
     d = isa.decode(word) if word else None
-    use_imm = bad = msa = msb = 0
+    use_imm = bad = msa = msb = men = lsen = shen = 0
     rd = rs1 = rs2 = imm = 0
     if d is None:
         op = ops["OP_ILLEGAL"]
@@ -118,15 +118,20 @@ def predecode(word: int, pc: int) -> dict[str, int]:
                         "srai": "sra"}[n]
                 op = ops[_op_name(base)]
                 use_imm = 1
+                shen = int(base in ("sll", "srl", "sra"))
             imm = d.imm & M
             rs2 = 0
         else:                                   # R, LOAD, S
             op = ops[_op_name(n)]
             imm = d.imm & M
             msa, msb = int(n in ("mulh", "mulhsu")), int(n == "mulh")
+            men = int(n in ("mul", "mulh", "mulhsu", "mulhu"))
+            shen = int(n in ("sll", "srl", "sra"))
+            lsen = int(fmt is isa.Fmt.S or n in ("lb", "lh", "lw", "lbu", "lhu"))
     rs1, rs2 = rs1 or X0_READ, rs2 or X0_READ
     return {"code": op | use_imm << 6 | bad << 7 | (imm & 0xFFFF) << 8, "codehi": imm >> 16,
-            "regs": rd | rs1 << 5 | rs2 << 11 | msa << 17 | msb << 18, "rdrom": rd}
+            "regs": (rd | rs1 << 5 | rs2 << 11 | msa << 17 | msb << 18 | men << 19 | lsen << 20
+                     | shen << 21), "rdrom": rd}
 
 
 def _words(mem: bytes) -> list[int]:

@@ -61,6 +61,8 @@ class Lowerer(Neurons, Logic, Arith, Memories):
         self.cur = -1
         self.mems: dict[str, MemPlan] = {}
         self.absorbed: set[int] = set()
+        #: a mux leaf's early literals -> the lane of their AND (:meth:`Logic.leaf_gate`)
+        self.leaf_gates: dict[tuple, Form] = {}
 
     def lower_node(self, n: Node) -> None:
         op = n.op

@@ -114,6 +114,10 @@ class Logic:
             return lin([(-1, self.mat(x))], 1)
         if isinstance(x, PendingBit) and x.form is None:
             return PendingBit(x.T, not_of(x.f), x.node)
+        if isinstance(x, MuxBit) and x.form is None and len(x.leaves) == 1:
+            # a one-leaf tree (`c ? v : 0`) is the AND of its literals and its value: NOT of
+            # it an OR of their complements, which an AND reading it may still fuse
+            return self.negate(self.sym("and", [x]))
         return lin([(-1, self.mat(x))], 1)
 
     def mat(self, x: "Form | MuxBit | PendingBit") -> Form:
@@ -137,6 +141,7 @@ class Logic:
         if x.form is None:
             terms = []
             for lits, v in x.leaves:
+                lits = self.leaf_gate(lits, v)
                 n = len(lits)
                 gated = None
                 if isinstance(v, PendingBit) and v.form is None:
@@ -147,6 +152,29 @@ class Logic:
                     terms.append((lin([(1, self.mat(v))] + [(1, lit) for lit in lits], -n), 1))
             x.form = self.relu_sum(terms, 0, 1)
         return x.form
+
+    def leaf_gate(self, lits: tuple[Form, ...], v: "Form | PendingBit") -> tuple[Form, ...]:
+        """A mux leaf's literals with those ready a stage before the leaf's neurons (a class
+        flag, an op bit: not the data) as one lane, their AND: made once per set (every bit
+        of a word's leaf shares it) in a stage that delays nothing, so that the leaf's
+        neurons read one lane, 1 only where the leaf is selected, instead of every select
+        on its path (lanes that are 1 on most tokens), each read again by every threshold
+        of a pending value. ``lits`` unchanged when fewer than two are early."""
+        if len(lits) < 2:
+            return lits
+        at = self.slot_of(lits + (v,))                       # the leaf's neurons' inputs
+        stage = lambda f: 2 * ((self.slot_of([f]) + 1) // 2) + 1
+        early = [f for f in lits if stage(f) <= at]
+        if len(early) < 2:
+            return lits
+        late = tuple(f for f in lits if stage(f) > at)
+        key = tuple(sorted((f.c, tuple(sorted(f.t.items()))) for f in early))
+        if key not in self.leaf_gates:
+            self.leaf_gates[key] = self.mat(self.sym("and", early))
+        g = self.leaf_gates[key]
+        if g.is_const:
+            return late if g.c else (g,)
+        return late + (g,)
 
     def gated_terms(self, v: PendingBit, lits: tuple[Form, ...]
                     ) -> list[tuple[Form, int]] | None:

@@ -114,3 +114,61 @@ def test_an_idle_subtracter_and_compare_hold_fewer_lanes(chips, name):
     assert at_rest <= 1 and at_rest < plain_rest
     if name == "d":
         assert b_zero < plain_b_zero
+
+
+GATED = """
+circuit G {
+    token T(a: u8, b: u8, en: u1);
+    start T(a: 0, b: 0, en: 0);
+    ram m: u17[1];
+    m[0] <= {tok.T.en, tok.T.a, tok.T.b};
+    let v = m[0];
+    let en = v[16];
+    let x: u32 = {v[15:8], v[15:8], v[15:8], v[15:8]};
+    let y: u32 = {v[7:0], v[7:0], v[7:0], v[7:0]};
+    let sa = v[0];
+    let g: u32 = GATE;
+    let p: u64 = (sa ? sext(g, 64) : zext(g, 64)) * sext(y, 64);
+    let s: u32 = en ? x + y : 32'd0;
+    next = T(a: p[47:40] ^ s[15:8], b: p[7:0], en: p[63] ^ s[31]);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """GATED compiled with the multiplier's a gated by en, and with it plain."""
+    import json
+
+    from backends.compile.pipeline import compile_to_dir
+    from hdl.frontend import load_source
+    out = {}
+    for name, gate in (("gated", "en ? x : 32'd0"), ("plain", "x")):
+        c = load_source(GATED.replace("GATE", gate), "gated.hdl")
+        d = tmp_path_factory.mktemp(name)
+        compile_to_dir(c, d / "g", "compact", "bf16")
+        out[name] = c, json.loads((d / "g" / "chip.json").read_text())
+    return out
+
+
+def test_a_gated_datapath_holds_no_lane_when_off_and_costs_no_depth(gated):
+    """A multiplier whose a is `en ? x : 0`, sign- or zero-extended by a select as the
+    core's is (its sign rows read NOT of that select: an OR of the complements, fused into
+    the rows' ANDs; materialised, it took a layer more here, 8 against 7) and a sum
+    `en ? x + y : 0` (the gate joins the sum's last stage): with en = 0 and both operands
+    nonzero every product lane and every sum bit is 0, and the circuit is as deep as with
+    the multiplier ungated."""
+    from backends.compile.lanemap import LaneMap
+    from hdl.ir import Token
+    from hdl.sim import Simulator
+    c, chip = gated["gated"]
+    assert chip["shapes"]["layers"] == gated["plain"][1]["shapes"]["layers"]
+    lm = LaneMap(chip["lanemap"], c)
+    sim = Simulator(c)
+    toks = [Token(0, (200, 3, 0)), Token(0, (200, 3, 1)), Token(0, (0, 0, 0))]
+    vals = [sim.step(t, trace=True).values for t in toks]
+    V = lm.designed(toks, vals)[1:]     # at step i + 1 the stash holds toks[i]
+    for name in ("p", "s"):
+        nid = next(i for i, n in enumerate(c.nodes) if n.name == name)
+        mine = [ln for ln in range(lm.n) if lm.node[ln] == nid]
+        assert mine and not V[0, mine].any() and V[1, mine].any(), name
