@@ -698,7 +698,8 @@ static int64_t argmax(const dc_model *m, dc_state *s) {
         if (k != bk && tops[k] > second) second = tops[k];
     /* any fp32 summation order moves a logit by < l1 * 2^-16 (rows of <= 128 nonzeros),
      * the final rounding by half an ulp of the dtype */
-    double mag = fmax(fabs(best), fabs(second));
+    /* (a vocabulary of one id has no runner-up: second is -inf, and any margin is clear) */
+    double mag = isinf(second) ? fabs(best) : fmax(fabs(best), fabs(second));
     double err = l1max * ldexp(1.0, -16) + mag * (m->bf16 ? ldexp(1.0, -8) : ldexp(1.0, -23));
     if (!(best - second > 2 * err)) { fail(s, DC_E_ARGMAX, m->L, best - second); return -1; }
     /* the best payload of a kind with fewer ids than its bits hold may have no id */

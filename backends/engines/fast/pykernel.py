@@ -24,8 +24,6 @@ a stream stops at the same value with the same state.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from backends.engines.fast.model import FastModel
@@ -507,7 +505,6 @@ class PyKernel:
     def argmax(self, s: PyState, h: np.ndarray) -> int:
         """The winning id from the structured lm_head rows, clear of the runner-up (else
         DC_E_ARGMAX)."""
-        m = self.model
         L = len(self.layers)
         t = self.lm_val * h[self.lm_col].astype(F64)
         te = np.append(t, -0.0)
@@ -542,7 +539,8 @@ class PyKernel:
             second = float(above.max())
         l1 = l1[l1 > 0]
         l1max = float(l1.max()) if len(l1) else 0.0
-        mag = float(np.fmax(abs(best), abs(second)))
+        # (a vocabulary of one id has no runner-up: second is -inf, and any margin is clear)
+        mag = abs(best) if np.isinf(second) else float(np.fmax(abs(best), abs(second)))
         err = l1max * 2.0 ** -16 + mag * self.err_scale
         if not (best - second > 2 * err):
             s.fail(E_ARGMAX, L, best - second)
