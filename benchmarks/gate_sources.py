@@ -28,24 +28,11 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from backends.engines.fast.engine import FastEngine  # noqa: E402
-from backends.engines.fast.pykernel import PyKernel  # noqa: E402
+from backends.engines.fast.pykernel import CountingKernel  # noqa: E402
 from cpu.rv32.build import FULL  # noqa: E402
 from cpu.rv32.engines import compiled_core  # noqa: E402
 from cpu.rv32.loader import load_program  # noqa: E402
 from firmware import toolchain  # noqa: E402
-
-
-class CountingKernel(PyKernel):
-    """The numpy kernel, noting each MLP's nonzero input dims at every token."""
-
-    def __init__(self, model) -> None:
-        super().__init__(model)
-        self.present: dict[int, collections.Counter] = collections.defaultdict(
-            collections.Counter)
-
-    def mlp(self, s, st, ly, li, h, nz):
-        self.present[li].update(nz.tolist())
-        return super().mlp(s, st, ly, li, h, nz)
 
 
 def lane_names(chip: dict) -> dict[tuple[int, int], str]:

@@ -24,6 +24,8 @@ a stream stops at the same value with the same state.
 """
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from backends.engines.fast.model import FastModel
@@ -547,3 +549,24 @@ class PyKernel:
         elif u[bk] >= self.k_ids[bk]:       # a payload past its kind's bound: no such id
             s.fail(E_BOUND, L, float(u[bk]))
         return int(self.k_off[bk] + u[bk])
+
+
+class CountingKernel(PyKernel):
+    """The numpy kernel, noting each MLP's nonzero input dims at every token: the work of
+    the MLP gates, which the sparse kernels pay per nonzero input times its column's
+    nonzeros (benchmarks/gate_sources.py names it by signal; tests compare lowerings)."""
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        #: MLP layer -> input dim -> tokens at which it was nonzero
+        self.present: dict[int, collections.Counter] = collections.defaultdict(
+            collections.Counter)
+
+    def mlp(self, s, st, ly, li, h, nz):
+        self.present[li].update(nz.tolist())
+        return super().mlp(s, st, ly, li, h, nz)
+
+    def gate_work(self) -> int:
+        """Gate multiply-adds so far, over every stream run on this kernel."""
+        return sum(n * int(np.diff(self.model.layers[li].gate.ptr)[dim])
+                   for li, present in self.present.items() for dim, n in present.items())

@@ -7,10 +7,8 @@ is no deeper, and where the values are 0 and only the selects move, its MLP gate
 fraction of the work."""
 from __future__ import annotations
 
-import collections
 from unittest import mock
 
-import numpy as np
 import pytest
 
 from backends.compile.lower.logic import Logic
@@ -55,24 +53,12 @@ def _gate_work(d, steps: int) -> tuple[int, list[int], int]:
     """Gate multiply-adds over ``steps`` free-running tokens on the numpy kernel, the ids,
     and the layer count."""
     from backends.engines.fast.engine import FastEngine
-    from backends.engines.fast.pykernel import PyKernel
-
-    class Counting(PyKernel):
-        def __init__(self, model):
-            super().__init__(model)
-            self.present: dict[int, collections.Counter] = collections.defaultdict(
-                collections.Counter)
-
-        def mlp(self, s, st, ly, li, h, nz):
-            self.present[li].update(nz.tolist())
-            return super().mlp(s, st, ly, li, h, nz)
-
+    from backends.engines.fast.pykernel import CountingKernel
     eng = FastEngine(d, "bf16", threads=1)
-    eng.native = k = Counting(eng.model)
+    eng.native = k = CountingKernel(eng.model)
     cache = eng.new_cache(1)
     ids = eng.run(cache, 0, eng.token_id(eng.circuit.start), steps)
-    work = sum(n * int(np.diff(eng.model.layers[li].gate.ptr)[dim])
-               for li, present in k.present.items() for dim, n in present.items())
+    work = k.gate_work()
     return work, list(ids), len(eng.model.layers)
 
 
