@@ -15,6 +15,16 @@ from backends.compile.lower.bits import (MAX_SPAN, MUX_LEAVES, MIN_PRE, MAX_FANI
                                          not_of)
 
 
+def stage_out(q: int) -> int:
+    """The output slot of a stage whose inputs are ready at slot ``q``."""
+    return 2 * ((q + 1) // 2) + 1
+
+
+def form_key(x: Form) -> tuple:
+    """A hashable key of a Form (equal for equal affine forms)."""
+    return x.c, tuple(sorted(x.t.items()))
+
+
 class Logic:
     """Pending bits: made, fused and materialised (see the module docstring)."""
 
@@ -163,12 +173,12 @@ class Logic:
         if len(lits) < 2:
             return lits
         at = self.slot_of(lits + (v,))                       # the leaf's neurons' inputs
-        stage = lambda f: 2 * ((self.slot_of([f]) + 1) // 2) + 1
-        early = [f for f in lits if stage(f) <= at]
+        is_early = [stage_out(self.slot_of([f])) <= at for f in lits]
+        early = [f for f, e in zip(lits, is_early) if e]
         if len(early) < 2:
             return lits
-        late = tuple(f for f in lits if stage(f) > at)
-        key = tuple(sorted((f.c, tuple(sorted(f.t.items()))) for f in early))
+        late = tuple(f for f, e in zip(lits, is_early) if not e)
+        key = tuple(sorted(form_key(f) for f in early))
         if key not in self.leaf_gates:
             self.leaf_gates[key] = self.mat(self.sym("and", early))
         g = self.leaf_gates[key]
@@ -271,7 +281,6 @@ class Logic:
         functions not yet materialised) is ready a stage earlier when those values are
         materialised and ``s`` stays pending (fused into the mux's stage) than when ``s`` is
         materialised once and the values fused as gated leaves: the latest bit decides."""
-        stage = lambda q: 2 * ((q + 1) // 2) + 1       # output slot of a stage on inputs at q
         ss = self.slot_of([s])
         ns = self.negate(s)
         keep = mat = -1
@@ -279,10 +288,10 @@ class Logic:
             trees = unabsorbed_trees(s, ns, x, y)
             rest = self.slot_of([v for v in (x, y) if all(v is not t for t in trees)])
             if trees:
-                keep = max(keep, stage(max(stage(self.slot_of(trees)), ss, rest)))
+                keep = max(keep, stage_out(max(stage_out(self.slot_of(trees)), ss, rest)))
             else:
-                keep = max(keep, stage(max(ss, rest)))
-            mat = max(mat, stage(max(stage(ss), self.slot_of([x, y]))))
+                keep = max(keep, stage_out(max(ss, rest)))
+            mat = max(mat, stage_out(max(stage_out(ss), self.slot_of([x, y]))))
         return keep < mat
 
     def mux(self, s: Form, x: Form, y: Form, H: Form | None = None) -> Form:
@@ -306,8 +315,7 @@ class Logic:
         if all(x.is_const for x in b):
             return self.sym("and", [x if c.c else self.negate(x) for x, c in zip(a, b)])
         is0 = lambda v: int(v == 0)
-        key = lambda x: (x.c, tuple(sorted(x.t.items())))
-        pairs = [(x, y) for x, y in zip(a, b) if key(x) != key(y)]
+        pairs = [(x, y) for x, y in zip(a, b) if form_key(x) != form_key(y)]
         # bits whose one side is one bit s repeated (a sign extension): they all equal s iff
         # their other sides sum to n * s, one sum for all of them
         parts = []
@@ -315,7 +323,7 @@ class Logic:
             groups: dict[tuple, list[tuple[Form, Form]]] = {}
             for pr in pairs:
                 if pr[side].t:
-                    groups.setdefault(key(pr[side]), []).append(pr)
+                    groups.setdefault(form_key(pr[side]), []).append(pr)
             grouped = [g for g in groups.values() if 2 <= len(g) <= MAX_FANIN]
             for g in grouped:
                 parts.append(lin([(1, pr[1 - side]) for pr in g] + [(-len(g), g[0][side])]))
