@@ -34,6 +34,7 @@ typedef struct {
     const int8_t *delay;        /* [C] which earlier position a channel's conv reads; -1 none */
     dc_csc op;                  /* V -> H (out_proj) */
     dc_csc gate;                /* H -> I */
+    const uint32_t *gate_pk;    /* the gate's entries packed (pack_bf16), or NULL */
     dc_csc upr;                 /* up_proj as CSR rows past the ballast (an active neuron's) */
     dc_csc down;                /* I -> H */
     const float *gw;            /* [DV] gated-norm weight */
@@ -104,7 +105,7 @@ typedef struct {
     uint8_t *hm; int32_t *hl;                     /* [NV] */
     float *y; int32_t *yt;                        /* [V] */
     float *acc; int32_t *at; uint8_t *am;         /* [H] */
-    float *ga, *ua; int32_t *gt; uint8_t *gm;     /* [I] */
+    float *ga, *ua; int32_t *gt; uint8_t *gm;     /* [I]; ua: the active neurons' silu, as pt */
     float *pv; int32_t *pt;                       /* [I] */
     int32_t *dz, *gl; uint8_t *gmk;               /* [H]: direct inputs, touched groups */
     int32_t *tmk, *tpo; float *tpv;               /* [C]: what the conv takes (conv_inputs) */
@@ -309,30 +310,53 @@ static int norm(const dc_model *m, dc_state *s, const float *scale, int layer, i
 
 /* out[idx] += val * h for the nonzero inputs; touched outputs listed once in t, each sum
  * starting from its bias (none: 0). Branch-free: an output's first touch is told by its
- * mark, which the caller clears. */
+ * mark, which the caller clears. An entry is (idx[e], val[e]), or with pk packed in one
+ * word: the value's bf16 bits over a 16-bit index (native.py packs a weight whose every
+ * value is a bf16 and every index below 2^16: half the bytes to read). Always inlined, so
+ * each call keeps one of the two loops. */
 static const float dc_zero[DC_MAX_OUT];
 
-static int spmv(const dc_csc *w, const float *bias, const float *restrict h,
-                const int32_t *restrict nz, int n, float *restrict out, int32_t *restrict t,
-                uint8_t *restrict mark) {
+static inline __attribute__((always_inline)) int
+spmv_entries(const int64_t *restrict ptr, const int32_t *restrict idx, const float *restrict val,
+             const uint32_t *restrict pk, const float *bias, const float *restrict h,
+             const int32_t *restrict nz, int n, float *restrict out, int32_t *restrict t,
+             uint8_t *restrict mark) {
     int nt = 0;
     const float *restrict b0 = bias ? bias : dc_zero;
-    const int64_t *restrict ptr = w->ptr;
-    const int32_t *restrict idx = w->idx;
-    const float *restrict val = w->val;
     for (int a = 0; a < n; a++) {
         int i = nz[a];
         float hv = h[i];
         for (int64_t e = ptr[i], end = ptr[i + 1]; e < end; e++) {
-            int o = idx[e], mk = mark[o];
+            int o;
+            float v;
+            if (pk) {
+                uint32_t w = pk[e], vb = w & 0xffff0000u;
+                o = (int)(w & 0xffffu);
+                memcpy(&v, &vb, 4);
+            } else {
+                o = idx[e]; v = val[e];
+            }
+            int mk = mark[o];
             float cur = mk ? out[o] : b0[o];
             t[nt] = o;
             nt += 1 - mk;
             mark[o] = 1;
-            out[o] = cur + val[e] * hv;
+            out[o] = cur + v * hv;
         }
     }
     return nt;
+}
+
+static int spmv(const dc_csc *w, const float *bias, const float *h, const int32_t *nz, int n,
+                float *out, int32_t *t, uint8_t *mark) {
+    return spmv_entries(w->ptr, w->idx, w->val, NULL, bias, h, nz, n, out, t, mark);
+}
+
+/* (kept out of line: inlined into dc_step, the matrix program ran 9 % slower) */
+static __attribute__((noinline)) int
+spmv_packed(const int64_t *ptr, const uint32_t *pk, const float *bias, const float *h,
+            const int32_t *nz, int n, float *out, int32_t *t, uint8_t *mark) {
+    return spmv_entries(ptr, NULL, NULL, pk, bias, h, nz, n, out, t, mark);
 }
 
 /* x += round(acc) over touched dims, rounding the sum (residual add in the dtype). */
@@ -624,27 +648,46 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
 }
 
 static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int nn) {
-    /* gate over the nonzero inputs, then the live defaults untouched; silu (exact domain)
-     * picks the active neurons */
-    int ng = spmv(&ly->gate, ly->gb, s->h, s->nz, nn, s->ga, s->gt, s->gm);
+    /* gate over the nonzero inputs */
+    int ng = ly->gate_pk ? spmv_packed(ly->gate.ptr, ly->gate_pk, ly->gb, s->h, s->nz, nn,
+                                       s->ga, s->gt, s->gm)
+                         : spmv(&ly->gate, ly->gb, s->h, s->nz, nn, s->ga, s->gt, s->gm);
     /* most touched neurons are killed: a sum at or below -89 rounds to at most -89
      * (rounding is monotone, -89 is a bf16), where silu is -0 and nothing is added. The
-     * others are kept in order, without a branch (pt is filled in place: np <= a) */
-    int ns = 0, np = 0;
+     * others are kept in order (pt is filled in place: ns <= a), then pass silu in its exact
+     * domain: g itself at and above hi, 0 at 0, -0 at or below -89. The live ones are kept
+     * in order with their values in ua (np <= a), all without a branch; a sum outside the
+     * domain is found after the loop and refused */
+    int ns = 0, np = 0, bad = 0;
     for (int a = 0; a < ng; a++) {
         int o = s->gt[a];
         s->pt[ns] = o;
         ns += !(s->ga[o] <= -89.0f);
     }
-    for (int a = 0; a < ns + ly->ndg; a++) {
-        int o;
-        float g, act;
-        if (a < ns) { o = s->pt[a]; g = RD(m, s->ga[o]); }
-        else { o = ly->dg[a - ns]; if (s->gm[o]) continue; g = ly->gd[o]; }
+    const float hi = m->bf16 ? 8.0f : 17.0f;
+    for (int a = 0; a < ns; a++) {
+        int o = s->pt[a];
+        float g = RD(m, s->ga[o]);
+        int on = g >= hi;
+        bad |= !(on | (g == 0.0f) | (g <= -89.0f));
+        s->pt[np] = o;
+        s->ua[np] = g;
+        np += on;
+    }
+    if (bad)
+        for (int a = 0; a < ng; a++) {
+            float g = RD(m, s->ga[s->gt[a]]), act;
+            if (!silu_exact(m, g, &act)) return fail(s, DC_E_SILU, li, g);
+        }
+    /* then the live defaults untouched */
+    for (int a = 0; a < ly->ndg; a++) {
+        int o = ly->dg[a];
+        float g = ly->gd[o], act;
+        if (s->gm[o]) continue;
         if (!silu_exact(m, g, &act)) return fail(s, DC_E_SILU, li, g);
         if (act == 0.0f) continue;
+        s->ua[np] = act;
         s->pt[np++] = o;
-        s->pv[o] = act;
     }
     for (int a = 0; a < ng; a++) s->gm[s->gt[a]] = 0;
     /* up for the active neurons only, row by row (the sums are exact, so any order gives
@@ -655,7 +698,7 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         /* a row with no weight past the ballast is its default (ud: ub rounded) */
         float u = ly->upr.ptr[o + 1] == ly->upr.ptr[o] ? ly->ud[o]
                                                        : row_out(m, &ly->upr, ly->ub[o], o, s->h);
-        float p = RD(m, s->pv[o] * u);
+        float p = RD(m, s->ua[a] * u);
         s->pv[o] = p;               /* kept in order where nonzero, without a branch */
         s->pt[n] = o;
         n += p != 0.0f;

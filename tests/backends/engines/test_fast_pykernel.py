@@ -460,3 +460,40 @@ def test_a_norm_is_reused_only_where_its_scale_is_the_same(compiled, monkeypatch
     monkeypatch.setattr(native, "same_scales", lambda m: np.ones(2 * len(m.layers), np.uint8))
     with pytest.raises(AssertionError):
         lockstep(m, [Native(m), PyKernel(m)], _start(eng), 60, eng=eng)
+
+
+# ---- the gate packed one word per entry (native.pack_bf16) -----------------------------------
+
+def test_pack_bf16_holds_each_entry_exactly_or_declines():
+    rng = np.random.default_rng(2)
+    idx = rng.integers(0, 1 << 16, 500).astype(np.int32)
+    val = (rng.standard_normal(500) * 2.0 ** rng.integers(-20, 20, 500)).astype(np.float32)
+    val = (val.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)     # bf16 values
+    c = fmodel.Csc(np.array([0, 500], dtype=np.int64), idx, val)
+    p = native.pack_bf16(c)
+    assert p is not None and p.dtype == np.uint32
+    assert np.array_equal(p & 0xFFFF, idx)
+    assert np.array_equal((p & np.uint32(0xFFFF0000)).view(np.float32), val)
+    past = fmodel.Csc(c.ptr, np.where(np.arange(500) == 7, 1 << 16, idx).astype(np.int32), val)
+    assert native.pack_bf16(past) is None                       # an index of 17 bits
+    fine = val.copy()
+    fine[3] = np.float32(1.0 + 2.0 ** -20)
+    assert native.pack_bf16(fmodel.Csc(c.ptr, idx, fine)) is None   # not a bf16
+    assert native.pack_bf16(fmodel.Csc(np.zeros(1, np.int64), idx[:0], val[:0])).size == 0
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_the_kernel_reads_a_gate_of_bf16_values_packed(compiled, dtype):
+    """A compiled gate's values are bf16 in either dtype: the kernel gets it packed (the
+    lockstep tests above run that path against the numpy kernel). A gate jiggled off those
+    values goes as it is (test_inexact_sums_stop_both_at_the_same_value runs that path)."""
+    m = fmodel.load(compiled("stack_machine", dtype), dtype)
+
+    def packed(k):
+        return {k._layers[i].gate_pk != native._FFI.NULL
+                for i, ly in enumerate(m.layers) if ly.kind == 0}
+    assert packed(Native(m)) == {True}
+    for ly in m.layers:
+        if ly.kind == 0:
+            ly.gate.val *= np.float32(1 + 2.0 ** -12)
+    assert packed(Native(m)) == {False}
