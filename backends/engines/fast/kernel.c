@@ -93,9 +93,9 @@ typedef struct {
     uint8_t *hmk;               /* [G][KC][C]: touched there (else the channel's default) */
     int32_t *duec, *duen;       /* [G][KC][C], [G][KC]: conv inputs due at a slot's position */
     float *duev;                /* [G][KC][C]: their values */
-    int32_t *xl, *hl2;          /* [H]: the dims x may be nonzero on; those h was set on */
+    int32_t *xl;                /* [H]: the dims x (and h) may be nonzero on this token */
     uint8_t *xm;                /* [H] */
-    int nxl, nhl;
+    int nxl;
     int clean, last_n;          /* x unchanged since the last norm, which gave last_n dims */
     int32_t *kcnt, *kidx, *qcnt, *qidx;           /* [NK], [NK], [NK], [NK][2] */
     float *x, *h;               /* [H] */
@@ -153,7 +153,7 @@ static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
 void dc_state_free(dc_state *s) {
     if (!s) return;
-    void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+    void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->xm, s->kcnt, s->kidx,
                   s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
@@ -177,7 +177,6 @@ dc_state *dc_state_new(const dc_model *m) {
     s->duen = zalloc(G * m->KC * sizeof(int32_t));
     s->duev = zalloc(G * m->KC * m->C * sizeof(float));
     s->xl = zalloc((m->H + 1) * sizeof(int32_t));   /* + 1: residual_add writes one past */
-    s->hl2 = zalloc(m->H * sizeof(int32_t));
     s->xm = zalloc(m->H);
     s->kcnt = zalloc(m->NK * sizeof(int32_t)); s->kidx = zalloc(m->NK * sizeof(int32_t));
     s->qcnt = zalloc(m->NK * sizeof(int32_t)); s->qidx = zalloc(2 * m->NK * sizeof(int32_t));
@@ -196,7 +195,7 @@ dc_state *dc_state_new(const dc_model *m) {
     s->ga = zalloc(m->I * sizeof(float)); s->ua = zalloc(m->I * sizeof(float));
     s->gt = zalloc(m->I * sizeof(int32_t)); s->gm = zalloc(m->I);
     s->pv = zalloc(m->I * sizeof(float)); s->pt = zalloc(m->I * sizeof(int32_t));
-    void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->hl2, s->xm, s->kcnt, s->kidx,
+    void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->xm, s->kcnt, s->kidx,
                   s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
                   s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
                   s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
@@ -286,10 +285,11 @@ static int norm(const dc_model *m, dc_state *s, const float *scale, int layer, i
     float *restrict h = s->h;
     const float *restrict x = s->x;
     const int32_t *restrict xl = s->xl;
-    int32_t *restrict nz = s->nz, *restrict hl2 = s->hl2;
-    for (int a = 0; a < s->nhl; a++) h[hl2[a]] = 0.0f;
-    /* branch-free: every dim of xl is written (0 where x is), listed for clearing, and
-     * kept in nz where h is nonzero past the ballast; rest adds 0 for the others */
+    int32_t *restrict nz = s->nz;
+    /* branch-free: every dim of xl is written (0 where x is) and kept in nz where h is
+     * nonzero past the ballast; rest adds 0 for the others. xl only grows within a token,
+     * so this covers every dim an earlier norm of the token set; dc_step clears h on xl's
+     * dims when a new token starts */
     for (int a = 0; a < nxl; a++) {
         int i = xl[a];
         float v = x[i];
@@ -298,11 +298,9 @@ static int norm(const dc_model *m, dc_state *s, const float *scale, int layer, i
         double dv = i >= NB ? (double)v : 0.0;
         rest += dv * dv;
         h[i] = live ? hv : 0.0f;
-        hl2[a] = i;
         nz[n] = i;
         n += live & (i >= NB);
     }
-    s->nhl = nxl;
     if (rest * m->res_margin >= m->res_ballast) return -1 - fail(s, DC_E_NORM, layer, rest);
     s->clean = 1; s->last_n = n;
     return n;
@@ -758,7 +756,7 @@ int64_t dc_step(const dc_model *m, dc_state *s, int64_t id, float *taps) {
     if (id < 0 || id >= m->vocab) { fail(s, DC_E_TOKEN, -1, (double)id); return -1; }
     if (!s->cl_ok) list_columns(m, s);
     s->clean = 0;
-    for (int a = 0; a < s->nxl; a++) { s->x[s->xl[a]] = 0.0f; s->xm[s->xl[a]] = 0; }
+    for (int a = 0; a < s->nxl; a++) { int i = s->xl[a]; s->x[i] = 0.0f; s->h[i] = 0.0f; s->xm[i] = 0; }
     s->nxl = 0;
     for (int64_t e = m->e_ptr[id]; e < m->e_ptr[id + 1]; e++) {
         int i = m->e_col[e];
