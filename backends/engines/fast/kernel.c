@@ -137,10 +137,15 @@ static inline float rbf16(float f) {
 
 /* silu(x) where transformers' value is known exactly: x itself once exp(-x) vanishes in the
  * dtype's rounding, -0 once exp(-x) overflows, 0 at 0. Anything else is refused (0). */
+#define SILU_DEAD (-89.0f)      /* at or below: exp(-x) overflows, silu is -0 */
+static inline float silu_live(const dc_model *m) {   /* at or above: silu(x) = x */
+    return m->bf16 ? 8.0f : 17.0f;
+}
+
 static inline int silu_exact(const dc_model *m, float x, float *out) {
     if (x == 0.0f) { *out = x * 0.5f; return 1; }
-    if (x >= (m->bf16 ? 8.0f : 17.0f)) { *out = x; return 1; }
-    if (x <= -89.0f) { *out = -0.0f; return 1; }
+    if (x >= silu_live(m)) { *out = x; return 1; }
+    if (x <= SILU_DEAD) { *out = -0.0f; return 1; }
     return 0;
 }
 
@@ -421,7 +426,7 @@ static void conv_inputs(const dc_model *m, dc_state *s, const dc_layer *ly, int 
         if (ly->delay[o] < 0) continue;
         if (ly->cdl[o]) s->tmk[a0++] = o;
         float v = RD(m, s->pr[o]);
-        if (v == 0.0f || v <= -89.0f) continue;
+        if (v == 0.0f || v <= SILU_DEAD) continue;
         s->tpo[b0] = o; s->tpv[b0++] = v;
     }
     *nmk = a0; *npo = b0;
@@ -660,14 +665,14 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     for (int a = 0; a < ng; a++) {
         int o = s->gt[a];
         s->pt[ns] = o;
-        ns += !(s->ga[o] <= -89.0f);
+        ns += !(s->ga[o] <= SILU_DEAD);
     }
-    const float hi = m->bf16 ? 8.0f : 17.0f;
+    const float hi = silu_live(m);
     for (int a = 0; a < ns; a++) {
         int o = s->pt[a];
         float g = RD(m, s->ga[o]);
         int on = g >= hi;
-        bad |= !(on | (g == 0.0f) | (g <= -89.0f));
+        bad |= !(on | (g == 0.0f) | (g <= SILU_DEAD));
         s->pt[np] = o;
         s->ua[np] = g;
         np += on;
