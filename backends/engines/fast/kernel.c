@@ -21,6 +21,10 @@
 #define DC_MEMO_RECORDS (1 << 14)   /* a stream's memo is emptied when it holds this many */
 #define DC_MEMO_WORDS (1 << 20)     /* ... or this many words */
 #define DC_MAX_OUT (1 << 17)   /* the most outputs of one projection (checked at load) */
+/* What a sparse product's output holds until a sum is started there: the bits of a
+ * signalling NaN, which no arithmetic produces (a NaN result is quiet), so it can only be
+ * this mark (spmv) */
+#define DC_UNTOUCHED 0x7fa5a5a5u
 
 typedef struct { const int64_t *ptr; const int32_t *idx; const float *val; } dc_csc;
 /* (the same triple as CSR: ptr over rows, idx the columns) */
@@ -100,12 +104,12 @@ typedef struct {
     int32_t *kcnt, *kidx, *qcnt, *qidx;           /* [NK], [NK], [NK], [NK][2] */
     float *x, *h;               /* [H] */
     int32_t *nz;                /* [H] */
-    float *pr; int32_t *prt; uint8_t *prm;       /* [P] */
+    float *pr; int32_t *prt;                     /* [P] */
     float *co; int32_t *cot; uint8_t *com;       /* [C] */
     uint8_t *hm; int32_t *hl;                     /* [NV] */
     float *y; int32_t *yt;                        /* [V] */
-    float *acc; int32_t *at; uint8_t *am;         /* [H] */
-    float *ga, *ua; int32_t *gt; uint8_t *gm;     /* [I]; ua: the active neurons' silu, as pt */
+    float *acc; int32_t *at;                      /* [H] */
+    float *ga, *ua; int32_t *gt;                  /* [I]; ua: the active neurons' silu, as pt */
     float *pv; int32_t *pt;                       /* [I] */
     int32_t *dz, *gl; uint8_t *gmk;               /* [H]: direct inputs, touched groups */
     int32_t *tmk, *tpo; float *tpv;               /* [C]: what the conv takes (conv_inputs) */
@@ -156,12 +160,25 @@ static int fail(dc_state *s, int code, int layer, double v) {
 
 static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
+static inline int touched(const float *out, int o) {
+    uint32_t b;
+    memcpy(&b, &out[o], 4);
+    return b != DC_UNTOUCHED;
+}
+
+static inline void untouch1(float *out, int o) {
+    uint32_t b = DC_UNTOUCHED;
+    memcpy(&out[o], &b, 4);
+}
+
+static void untouch(float *out, size_t n) { for (size_t i = 0; i < n; i++) untouch1(out, (int)i); }
+
 void dc_state_free(dc_state *s) {
     if (!s) return;
     void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->xm, s->kcnt, s->kidx,
-                  s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
-                  s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
-                  s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
+                  s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt,
+                  s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at,
+                  s->ga, s->ua, s->gt, s->pv, s->pt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
     free(s);
 }
@@ -190,22 +207,22 @@ dc_state *dc_state_new(const dc_model *m) {
     s->hmk = zalloc(G * m->KC * m->C);
     s->x = zalloc(m->H * sizeof(float)); s->h = zalloc(m->H * sizeof(float));
     s->nz = zalloc(m->H * sizeof(int32_t));
-    s->pr = zalloc(P * sizeof(float)); s->prt = zalloc(P * sizeof(int32_t)); s->prm = zalloc(P);
+    s->pr = zalloc(P * sizeof(float)); s->prt = zalloc(P * sizeof(int32_t));
     s->co = zalloc(m->C * sizeof(float)); s->cot = zalloc(m->C * sizeof(int32_t));
     s->com = zalloc(m->C);
     s->hm = zalloc(m->NV); s->hl = zalloc(m->NV * sizeof(int32_t));
     s->y = zalloc(m->V * sizeof(float)); s->yt = zalloc(m->V * sizeof(int32_t));
     s->acc = zalloc(m->H * sizeof(float)); s->at = zalloc(m->H * sizeof(int32_t));
-    s->am = zalloc(m->H);
     s->ga = zalloc(m->I * sizeof(float)); s->ua = zalloc(m->I * sizeof(float));
-    s->gt = zalloc(m->I * sizeof(int32_t)); s->gm = zalloc(m->I);
+    s->gt = zalloc(m->I * sizeof(int32_t));
     s->pv = zalloc(m->I * sizeof(float)); s->pt = zalloc(m->I * sizeof(int32_t));
     void *ps[] = {s->S, s->cl, s->ncl, s->rz, s->dz, s->gl, s->gmk, s->tmk, s->tpo, s->tpv, s->duec, s->duen, s->duev, s->xl, s->xm, s->kcnt, s->kidx,
-                  s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt, s->prm,
-                  s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at, s->am,
-                  s->ga, s->ua, s->gt, s->gm, s->pv, s->pt};
+                  s->qcnt, s->qidx, s->hnz, s->hcnt, s->hmk, s->x, s->h, s->nz, s->pr, s->prt,
+                  s->co, s->cot, s->com, s->hm, s->hl, s->y, s->yt, s->acc, s->at,
+                  s->ga, s->ua, s->gt, s->pv, s->pt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (!ps[i]) { dc_state_free(s); return NULL; }
+    untouch(s->pr, P); untouch(s->acc, m->H); untouch(s->ga, m->I);
     return s;
 }
 
@@ -312,18 +329,17 @@ static int norm(const dc_model *m, dc_state *s, const float *scale, int layer, i
 }
 
 /* out[idx] += val * h for the nonzero inputs; touched outputs listed once in t, each sum
- * starting from its bias (none: 0). Branch-free: an output's first touch is told by its
- * mark, which the caller clears. An entry is (idx[e], val[e]), or with pk packed in one
- * word: the value's bf16 bits over a 16-bit index (native.py packs a weight whose every
- * value is a bf16 and every index below 2^16: half the bytes to read). Always inlined, so
- * each call keeps one of the two loops. */
+ * starting from its bias (none: 0). Branch-free: an output not touched yet holds the mark
+ * DC_UNTOUCHED, which the caller puts back on the listed outputs when it has read them. An
+ * entry is (idx[e], val[e]), or with pk packed in one word: the value's bf16 bits over a
+ * 16-bit index (native.py packs a weight whose every value is a bf16 and every index below
+ * 2^16: half the bytes to read). Always inlined, so each call keeps one of the two loops. */
 static const float dc_zero[DC_MAX_OUT];
 
 static inline __attribute__((always_inline)) int
 spmv_entries(const int64_t *restrict ptr, const int32_t *restrict idx, const float *restrict val,
              const uint32_t *restrict pk, const float *bias, const float *restrict h,
-             const int32_t *restrict nz, int n, float *restrict out, int32_t *restrict t,
-             uint8_t *restrict mark) {
+             const int32_t *restrict nz, int n, float *restrict out, int32_t *restrict t) {
     int nt = 0;
     const float *restrict b0 = bias ? bias : dc_zero;
     for (int a = 0; a < n; a++) {
@@ -339,11 +355,10 @@ spmv_entries(const int64_t *restrict ptr, const int32_t *restrict idx, const flo
             } else {
                 o = idx[e]; v = val[e];
             }
-            int mk = mark[o];
-            float cur = mk ? out[o] : b0[o];
+            int fresh = !touched(out, o);
+            float cur = fresh ? b0[o] : out[o];
             t[nt] = o;
-            nt += 1 - mk;
-            mark[o] = 1;
+            nt += fresh;
             out[o] = cur + v * hv;
         }
     }
@@ -351,15 +366,15 @@ spmv_entries(const int64_t *restrict ptr, const int32_t *restrict idx, const flo
 }
 
 static int spmv(const dc_csc *w, const float *bias, const float *h, const int32_t *nz, int n,
-                float *out, int32_t *t, uint8_t *mark) {
-    return spmv_entries(w->ptr, w->idx, w->val, NULL, bias, h, nz, n, out, t, mark);
+                float *out, int32_t *t) {
+    return spmv_entries(w->ptr, w->idx, w->val, NULL, bias, h, nz, n, out, t);
 }
 
 /* (kept out of line: inlined into dc_step, the matrix program ran 9 % slower) */
 static __attribute__((noinline)) int
 spmv_packed(const int64_t *ptr, const uint32_t *pk, const float *bias, const float *h,
-            const int32_t *nz, int n, float *out, int32_t *t, uint8_t *mark) {
-    return spmv_entries(ptr, NULL, NULL, pk, bias, h, nz, n, out, t, mark);
+            const int32_t *nz, int n, float *out, int32_t *t) {
+    return spmv_entries(ptr, NULL, NULL, pk, bias, h, nz, n, out, t);
 }
 
 /* x += round(acc) over touched dims, rounding the sum (residual add in the dtype). */
@@ -367,8 +382,8 @@ static void residual_add(const dc_model *m, dc_state *s, int nt) {
     if (nt) s->clean = 0;
     for (int a = 0; a < nt; a++) {
         int o = s->at[a];
-        s->am[o] = 0;
         float d = RD(m, s->acc[o]);
+        untouch1(s->acc, o);
         s->x[o] = RD(m, s->x[o] + d);
         s->xl[s->nxl] = o;          /* listed once, in order, without a branch */
         s->nxl += !s->xm[o];
@@ -416,16 +431,16 @@ static float zb_out(const dc_model *m, const dc_state *s, const dc_layer *ly, in
  * s->pr): marks (touched channels whose default is live: at this position they are not
  * their default) into s->tmk, and pushes (channel, value rounded as a Linear output) into
  * s->tpo/tpv, leaving out values whose silu is a known zero (read, they would add nothing)
- * and channels no tap reads. Clears the product's marks. */
+ * and channels no tap reads. Marks the product's outputs untouched again. */
 static void conv_inputs(const dc_model *m, dc_state *s, const dc_layer *ly, int np,
                         int *nmk, int *npo) {
     int a0 = 0, b0 = 0;
     for (int a = 0; a < np; a++) {
         int o = s->prt[a];
-        s->prm[o] = 0;
+        float v = RD(m, s->pr[o]);
+        untouch1(s->pr, o);
         if (ly->delay[o] < 0) continue;
         if (ly->cdl[o]) s->tmk[a0++] = o;
-        float v = RD(m, s->pr[o]);
         if (v == 0.0f || v <= SILU_DEAD) continue;
         s->tpo[b0] = o; s->tpv[b0++] = v;
     }
@@ -482,7 +497,7 @@ static uint32_t memo_get(const dc_model *m, dc_state *s, const dc_layer *ly, int
     }
     int n = 0;
     for (int k = 0; k < K; k++) if (s->h[in[k]] != 0.0f) s->dz[n++] = in[k];
-    int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, n, s->pr, s->prt, s->prm);
+    int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, n, s->pr, s->prt);
     conv_inputs(m, s, ly, np, nmk, npo);
     size_t words = 3 + (size_t)K + 2 * (size_t)*npo + (size_t)*nmk;
     if (!mm || !memo_room(mm, words)) return 0;
@@ -524,7 +539,7 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         if (g < 0) { s->dz[nd] = i; nd += ly->ip.ptr[i + 1] != ly->ip.ptr[i]; }
         else if (!s->gmk[g]) { s->gmk[g] = 1; s->gl[ngt++] = g; }
     }
-    int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, nd, s->pr, s->prt, s->prm);
+    int np = spmv(&ly->ip, ly->ipb, s->h, s->dz, nd, s->pr, s->prt);
     conv_inputs(m, s, ly, np, &nmk, &npo);
     for (int a = 0; a < nmk; a++) TAKE_MARK(s->tmk[a]);
     for (int a = 0; a < npo; a++) TAKE_PUSH(s->tpo[a], s->tpv[a]);
@@ -645,7 +660,7 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     }
     for (int a = 0; a < nco; a++) s->com[s->cot[a]] = 0;
     /* out_proj over the nonzero outputs, then the residual add */
-    int nt = spmv(&ly->op, NULL, s->y, s->yt, ny, s->acc, s->at, s->am);
+    int nt = spmv(&ly->op, NULL, s->y, s->yt, ny, s->acc, s->at);
     residual_add(m, s, nt);
     return 0;
 }
@@ -653,8 +668,8 @@ static int gdn(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
 static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int nn) {
     /* gate over the nonzero inputs */
     int ng = ly->gate_pk ? spmv_packed(ly->gate.ptr, ly->gate_pk, ly->gb, s->h, s->nz, nn,
-                                       s->ga, s->gt, s->gm)
-                         : spmv(&ly->gate, ly->gb, s->h, s->nz, nn, s->ga, s->gt, s->gm);
+                                       s->ga, s->gt)
+                         : spmv(&ly->gate, ly->gb, s->h, s->nz, nn, s->ga, s->gt);
     /* most touched neurons are killed: a sum at or below -89 rounds to at most -89
      * (rounding is monotone, -89 is a bf16), where silu is -0 and nothing is added. The
      * others are kept in order (pt is filled in place: ns <= a), then pass silu in its exact
@@ -686,13 +701,13 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
     for (int a = 0; a < ly->ndg; a++) {
         int o = ly->dg[a];
         float g = ly->gd[o], act;
-        if (s->gm[o]) continue;
+        if (touched(s->ga, o)) continue;
         if (!silu_exact(m, g, &act)) return fail(s, DC_E_SILU, li, g);
         if (act == 0.0f) continue;
         s->ua[np] = act;
         s->pt[np++] = o;
     }
-    for (int a = 0; a < ng; a++) s->gm[s->gt[a]] = 0;
+    for (int a = 0; a < ng; a++) untouch1(s->ga, s->gt[a]);
     /* up for the active neurons only, row by row (the sums are exact, so any order gives
      * transformers' value; the model checked it at load) */
     int n = 0;
@@ -706,7 +721,7 @@ static int mlp(const dc_model *m, dc_state *s, const dc_layer *ly, int li, int n
         s->pt[n] = o;
         n += p != 0.0f;
     }
-    int nt = spmv(&ly->down, NULL, s->pv, s->pt, n, s->acc, s->at, s->am);
+    int nt = spmv(&ly->down, NULL, s->pv, s->pt, n, s->acc, s->at);
     residual_add(m, s, nt);
     return 0;
 }

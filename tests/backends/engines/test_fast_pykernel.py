@@ -176,10 +176,17 @@ def _edit_beta(m):
     ly.ipb[m.C + m.V:] = 1.0        # beta's input 1: neither 0 nor beyond the exact range
 
 
+def _edit_gate_bias_to_the_untouched_mark(m):
+    """Every gate bias the bits kernel.c keeps in an output no sum has started (DC_UNTOUCHED,
+    a signalling NaN): a sum started from it is a quiet NaN, never taken for untouched."""
+    _first_gdn(m).gb.view(np.uint32)[:] = 0x7fa5a5a5
+
+
 @pytest.mark.parametrize("edit, state, ids, said", [
     (None, None, "vocab", "the embedding: token id outside the vocabulary"),
     (_edit_embedding, None, None, "layer 0: the residual outgrew the pre-norm"),
     (None, 1.0, None, "a silu input outside the range"),
+    (_edit_gate_bias_to_the_untouched_mark, None, None, "a silu input outside the range"),
     (lambda m: _live_keys(m, 2), None, None, "a key with more than one nonzero"),
     (_edit_queries, None, None, "a query with more than two nonzeros"),
     (_edit_beta, None, None, "a beta input other than 0"),
