@@ -95,3 +95,19 @@ def test_long_runs_lockstep_script_runs(tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert ", 0 streams with mismatches" in r.stdout
+
+
+@pytest.mark.parametrize("name", ["product", "fibonacci", "switch"])
+def test_every_wide_result_costs_the_core_a_half(name, firmware_elf):
+    """benchmarks/result_widths.py's bound (docs/cpu.md, "What the results' widths allow"):
+    the core's stream has a Half for every result the trace calls wide, so its tokens per
+    instruction are at least 1 + the wide share; the shares split the instructions."""
+    import benchmarks.result_widths as rw
+    elf = firmware_elf(name)
+    w = rw.widths(elf, None, [13, 18])
+    n = w["instructions"]
+    assert w["none"] + w["fits"] + w["keeps"] + w["wide"] == n
+    assert sum(w[c] for c in [*rw.CLASSES, "other"]) == w["wide"] == w[13] >= w[18]
+    toks = sim_stream(elf)
+    assert sum(t.kind == HALF for t in toks) >= w["wide"] > 0
+    assert len(toks) >= n + w["wide"]
