@@ -109,7 +109,6 @@ from firmware import toolchain  # noqa: E402
 from benchmarks.programs import PROGRAMS  # noqa: E402
 
 
-
 def cpu_flags() -> str:
     """The CPU's model name and which of its bf16 features lscpu lists."""
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.programs import PROGRAMS  # noqa: E402
 from cpu.emulator import Machine  # noqa: E402
-from cpu.isa import decode  # noqa: E402
+from cpu.isa import decode, to_signed  # noqa: E402
 from firmware import toolchain  # noqa: E402
 
 CLASSES = {"bitwise": {"and", "or", "xor", "andi", "ori", "xori"},
@@ -34,11 +35,19 @@ CLASSES = {"bitwise": {"and", "or", "xor", "andi", "ori", "xori"},
            "load": {"lb", "lh", "lw", "lbu", "lhu"}}
 
 
+def fits(value: int, bits: int) -> bool:
+    """The register value fits ``bits`` bits signed."""
+    return -(1 << (bits - 1)) <= to_signed(value) < 1 << (bits - 1)
+
+
+def keeps(value: int, old: int, bits: int) -> bool:
+    """The register value has rd's old value above its low ``bits`` bits."""
+    return value >> bits == old >> bits
+
+
 def one_token(value: int, old: int, bits: int) -> bool:
-    """A Step of ``bits`` bits carries it: it fits that many bits signed, or keeps the rest
-    of rd's old value."""
-    signed = value - (1 << 32) if value >> 31 else value
-    return -(1 << (bits - 1)) <= signed < (1 << (bits - 1)) or value >> bits == old >> bits
+    """A Step of ``bits`` bits carries it: it fits, or keeps the rest of rd's old value."""
+    return fits(value, bits) or keeps(value, old, bits)
 
 
 def widths(elf: Path, text: bytes | None, bits: list[int]) -> dict:
@@ -57,10 +66,9 @@ def widths(elf: Path, text: bytes | None, bits: list[int]) -> dict:
         old, regs[r.rd] = regs[r.rd], r.rd_value
         for b in bits:
             out[b] += not one_token(r.rd_value, old, b)
-        signed = r.rd_value - (1 << 32) if r.rd_value >> 31 else r.rd_value
-        if -(1 << 12) <= signed < 1 << 12:
+        if fits(r.rd_value, 13):
             out["fits"] += 1
-        elif r.rd_value >> 13 == old >> 13:
+        elif keeps(r.rd_value, old, 13):
             out["keeps"] += 1
         else:
             out["wide"] += 1
@@ -84,12 +92,12 @@ def main() -> None:
     if unknown:
         sys.exit(f"result_widths: no shipped program {', '.join(unknown)} "
                  f"(shipped: {', '.join(sorted(shipped))})")
-    chosen = [known.get(n, (n, n, b"2**100" if n == "calc" else None, None)) for n in names]
+    chosen = [known.get(n, (n, n, None, None)) for n in names]
     print(f"{'program':28} {'instr':>8} {'none':>5} {'fits':>5} {'keeps':>5} {'wide':>5} "
           + " ".join(f"{c:>7}" for c in [*CLASSES, "other"]) + "   bound"
           + "".join(f" {'@' + str(b):>6}" for b in bits))
     bounds = []
-    with __import__("tempfile").TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         for label, name, text, _ in chosen:
             elf = toolchain.build(shipped[name], Path(tmp) / f"{name}.elf")
             w = widths(elf, text, bits)
