@@ -40,7 +40,8 @@ from cpu.rv32.lockstep import LockStep  # noqa: E402
 from firmware import toolchain  # noqa: E402
 
 #: (program, input): the mix, longest first
-MIX = [("sieve", None), ("sort", None), ("multiply", None), ("crc32", None),
+MIX = [("sieve", None), ("softfloat", None), ("sha256", None), ("matrix", None),
+       ("aes128", None), ("sort", None), ("crc32c", None), ("multiply", None), ("crc32", None),
        ("div64", None), ("fibonacci", None), ("switch", None), ("calc", b"2**100"),
        ("calc", b"123456789*987654321-5"), ("calc", b"(1/3 + 1/6) * 4"),
        ("calc", b"3**200 // 7**50"), ("calc", b"-7 // 2"), ("calc", b"1/0"), ("hello", None),

@@ -179,7 +179,7 @@ def _one_by_one(tokens: list[Token], sizes: list[int]) -> list[tuple]:
 
 @pytest.mark.parametrize("program, text", [("product", None), ("hello", None),
                                            ("calc", b"7 // 0"), ("calc", b"-(2**70) % 9"),
-                                           ("rx_echo", b"ab\xc3")])
+                                           ("rx_echo", b"ab\xc3"), ("aes128", None)])
 def test_feeding_ids_in_bulk_is_feeding_tokens_one_by_one(program, text, firmware_elf,
                                                          tmp_path):
     """TraceReader.feed_ids (fast_advance's bulk path) leaves the reader as feed does, token
