@@ -1,7 +1,7 @@
 """A worked trace of the shipped core (cpu/rv32): a short program, one row per token, from
 the core in the reference simulator (engine ``sim``), checked against the golden emulator.
 
-    python benchmarks/core_trace.py [--program main|fault|blocks|all] [--sizes full|small|tiny]
+    python benchmarks/core_trace.py [--program main|fault|both] [--sizes full|small|tiny]
 
 Prints a Markdown table per program: the position, the token, the instruction it executes
 (pc and disassembly), what the step writes to the register file (the write-back of the
@@ -12,15 +12,13 @@ whatever the current core.hdl emits; docs/cpu.md ("The core") shows this output.
 
 ``main`` touches every kind of step a program normally takes: a wide result (Half + Step), a
 result that keeps rd's upper bits (Step keep=1), a store and a load, a taken and a
-not-taken branch, a UART byte (Out), a wide result at the end of an 8-word block (Half +
-Next), a small one there (Next), a byte store into RAM (its merged word travels like a
-result; the store lands at the next step that is not a Half), a division (DivStep, Fix),
-and the exit (Half + End).
+not-taken branch, a UART byte (Out), a wide result at the end of an 8-word block (Half + Lo
++ Jump), a small one there (Lo + Jump), a byte store into RAM (its merged word travels like
+a result; the store lands at the next step that is not a Half), a division (DivStep), and
+the exit (Half + End).
 ``fault`` reads the UART's input (Want(0), In(b)), a text token's length and one of its
 bytes (Want(1), Want(2), each answered with Text(id): its bytes come from the core's table
 ROMs), then ends in a misaligned load: Fault, then Half + End carry the address.
-``blocks`` runs straight through five block ends after its one Jump: a Next at each of the
-first four (n = 0..3), then a Lo and a Jump.
 """
 from __future__ import annotations
 
@@ -55,10 +53,10 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
         ("sb", 0, T1, T2, 0),                       # UART: prints K
         ("addi", A4, 0, 0, 1000),
         ("addi", A5, 0, 0, -7),
-        ("lui", A0, 0, 0, 0x12345),                 # wide: Half, Step
+        ("lui", A0, 0, 0, 0x12345),                 # wide, and k is used up: Half, Lo, Jump
         ("div", A0, A4, A5),                        # 1000 / -7 = -142: eight DivSteps
         ("sb", 0, A1, A4, 1),                       # byte 0xe8 into RAM at 0x80009
-        ("addi", A7, 0, 0, memmap.EXIT_SYSCALL),    # a small result ending a block: Next
+        ("addi", A7, 0, 0, memmap.EXIT_SYSCALL),    # a small result ending a block: Lo, Jump
         ("ecall", 0, 0, 0, 0),                      # exit(-142)
     ],
     "fault": [
@@ -69,12 +67,6 @@ PROGRAMS: dict[str, list[tuple[str, int, int, int, int]]] = {
         ("lui", A1, 0, 0, memmap.RAM_BASE >> 12),
         ("lw", A2, A1, 0, 6),                       # misaligned: address 0x80006
         ("addi", A0, 0, 0, 1),                      # never runs
-    ],
-    # words 0..38 count a0 up, each block end a Next (n = 0..3); word 39 ends the fifth
-    # block since the Jump: Lo, Jump(40); exit(39)
-    "blocks": [("addi", A0, A0, 0, 1)] * 39 + [
-        ("addi", A7, 0, 0, memmap.EXIT_SYSCALL),
-        ("ecall", 0, 0, 0, 0),
     ],
 }
 
@@ -160,12 +152,12 @@ def markdown(rows: list[list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--program", choices=[*PROGRAMS, "all"], default="all")
+    ap.add_argument("--program", choices=[*PROGRAMS, "both"], default="both")
     ap.add_argument("--sizes", choices=SIZES, default="full",
                     help="the core's memory sizes (the trace is the same for each)")
     args = ap.parse_args(argv)
     sizes = SIZES[args.sizes]
-    for name in PROGRAMS if args.program == "all" else [args.program]:
+    for name in PROGRAMS if args.program == "both" else [args.program]:
         rows, eng = trace_rows(PROGRAMS[name], sizes)
         r = eng.reader
         outcome = (f"fault: {r.fault}" if r.fault else f"exit code {r.exit_code}")

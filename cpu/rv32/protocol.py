@@ -3,11 +3,11 @@
 :class:`TraceReader` is fed the tokens one by one (``feed``) and keeps what a ``deltachip
 run`` engine reports: the instructions retired, the UART bytes, and the exit code or the
 fault. It does no arithmetic the core should do: the pc it reports for an instruction is the
-protocol's own (the current 8-word block: the last Jump's, or the n + 1-th after it once a
-Next(n) ran; and the Step's lo), the values come from the tokens.
+protocol's own (the current 8-word block: the last Jump's, or the one after it once a Next
+ran; and the Step's lo), the values come from the tokens.
 
 Kinds (core.hdl): Jump(pc), Step(lo, keep, v), Half(v), Lo(v), Out(lo, go, b),
-Fault(cause), End(v), DivStep(v, i), Fix(v), Next(n, keep, v), Want(m), In(b), Text(id).
+Fault(cause), End(v), DivStep(v, i), Fix(v), Next(keep, v), Want(m), In(b), Text(id).
 The core emits Want(m) after a byte load from the UART's input; whoever runs it feeds In(next
 input byte), or for the text registers Text(a text token's id), in its place
 (:class:`InputFeed`), so the stream the reader sees has In or Text there.
@@ -121,7 +121,7 @@ class TraceReader:
     exit_code: int | None = None
     fault: Fault | None = None
     pcr: int = 0
-    nx: int = 0                      # the Nexts run since the last Jump
+    nx: int = 0                      # 1 once a Next ran since the last Jump
     last_pc: int | None = None       # byte pc of the last executing token
     _prev: Token | None = None
     _fault_cause: int | None = None
@@ -138,7 +138,7 @@ class TraceReader:
         if tok.kind == JUMP:
             return tok.fields[0] << 2
         if tok.kind == NEXT:
-            return ((self.pcr & ~7) + 8 * (tok.fields[0] + 1)) << 2
+            return ((self.pcr & ~7) + 8) << 2
         if executes(tok):
             return ((self.pcr & ~7) + 8 * self.nx + tok.fields[0]) << 2
         return None
@@ -192,25 +192,19 @@ class TraceReader:
             lo = int(jumps[-1]) + 1 if len(jumps) else 0
             if len(jumps):
                 self.pcr, self.nx = token_of(int(ids[jumps[-1]])).fields[0], 0
-            nexts = lo + np.flatnonzero(kinds[lo:e] == NEXT)
-            if len(nexts):
-                self.nx = token_of(int(ids[nexts[-1]])).fields[0] + 1
+            if np.any(kinds[lo:e] == NEXT):
+                self.nx = 1
             tok = token_of(int(ids[e]))
             self.last_pc = self.pc_of(tok)
-            self._moved(tok)
+            if tok.kind == JUMP:
+                self.pcr, self.nx = tok.fields[0], 0
+            elif tok.kind == NEXT:
+                self.nx = 1
         halves = np.flatnonzero(kinds == HALF)
         if len(halves):
             self._hi = token_of(int(ids[halves[-1]])).fields[0]
         self._prev = token_of(int(ids[-1]))
         return n
-
-    def _moved(self, tok: Token) -> None:
-        """The block state after the executing token ``tok``: a Jump sets the block, a Next
-        counts the blocks after it."""
-        if tok.kind == JUMP:
-            self.pcr, self.nx = tok.fields[0], 0
-        elif tok.kind == NEXT:
-            self.nx = tok.fields[0] + 1
 
     def feed(self, tok: Token) -> None:
         """Account for the next token of the stream (the start token included)."""
@@ -234,7 +228,10 @@ class TraceReader:
             self.output.append(tok.fields[2])
         if executes(tok):
             self.last_pc = self.pc_of(tok)
-            self._moved(tok)
+            if tok.kind == JUMP:
+                self.pcr, self.nx = tok.fields[0], 0
+            elif tok.kind == NEXT:
+                self.nx = 1
         if tok.kind == HALF:
             self._hi = tok.fields[0]
         elif tok.kind == END:

@@ -24,7 +24,7 @@ from backends.verify.check import compare_engines, load_engine
 from tests.cpu.core_check import check_in_prefill
 from cpu.emulator import Machine
 from cpu.rv32.build import FULL
-from cpu.rv32.engines import SimCore, compiled_core
+from cpu.rv32.engines import compiled_core
 from cpu.rv32.loader import load_program
 from firmware import toolchain
 
@@ -250,3 +250,20 @@ def test_hf_batch_equals_fast_batch(build_elf, elf_file):
                      [r.tokens for r in batch.readers])
     assert got["fast"] == got["hf"]
     assert got["fast"][0] == [(w.exit_code, w.output, w.instructions) for w in want]
+
+
+def test_core_ab_script_compares_two_cores(checkpoint, capsys):
+    """benchmarks/core_ab.py runs two compiled cores alternately on one program and prints
+    each median and B/A (here one core against itself); an unknown program is refused."""
+    import importlib.util
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "core_ab.py"
+    spec = importlib.util.spec_from_file_location("core_ab", bench)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = [str(checkpoint), str(checkpoint), "--tokens", "300", "--repeats", "2"]
+    assert mod.main(args + ["--program", "sum"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"A {checkpoint}: median ") and out[1].startswith("B ")
+    assert out[2].startswith("sum, 300 tokens, 2 repeats alternated: B/A ")
+    with pytest.raises(SystemExit, match="core_ab: no shipped program nope"):
+        mod.main(args + ["--program", "nope"])

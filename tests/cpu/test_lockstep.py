@@ -67,7 +67,7 @@ def _edit(toks: list[Token], kinds: tuple[int, ...], skip: int = 10) -> tuple[li
 @pytest.mark.parametrize("kinds", [(STEP, NEXT), (HALF,), (LO,)])
 def test_a_wrong_value_is_caught_where_it_is_written(kinds, firmware_elf):
     elf = firmware_elf("calc")
-    text = b"2**100"
+    text = b"(1/3 + 1/6) * 4"
     toks, at = _edit(sim_stream(elf, text), kinds, skip=3)
     ls = lockstep(elf, toks[:at + 2], text)
     assert ls.mismatches, "the edit went unnoticed"
