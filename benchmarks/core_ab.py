@@ -18,7 +18,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from backends.engines.fast.engine import FastEngine  # noqa: E402
+from benchmarks.fast_engine import stream_rate  # noqa: E402
 from cpu.rv32.loader import load_program  # noqa: E402
 from firmware import toolchain  # noqa: E402
 
@@ -50,10 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(a.repeats):
         for k, eng in engines.items():
-            cache = eng.new_cache(1, [image.images])
-            t0 = time.perf_counter()
-            ids = eng.run(cache, 0, eng.token_id(image.start), a.tokens)
-            rates[k].append(len(ids) / (time.perf_counter() - t0))
+            rates[k].append(stream_rate(eng, image, a.tokens, 1)[0])
     med = {k: statistics.median(v) for k, v in rates.items()}
     for k, path in (("A", a.core_a), ("B", a.core_b)):
         print(f"{k} {path}: median {med[k]:,.0f} tokens/s ("

@@ -255,11 +255,7 @@ def test_hf_batch_equals_fast_batch(build_elf, elf_file):
 def test_core_ab_script_compares_two_cores(checkpoint, capsys):
     """benchmarks/core_ab.py runs two compiled cores alternately on one program and prints
     each median and B/A (here one core against itself); an unknown program is refused."""
-    import importlib.util
-    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "core_ab.py"
-    spec = importlib.util.spec_from_file_location("core_ab", bench)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    import benchmarks.core_ab as mod
     args = [str(checkpoint), str(checkpoint), "--tokens", "300", "--repeats", "2"]
     assert mod.main(args + ["--program", "sum"]) == 0
     out = capsys.readouterr().out.splitlines()
