@@ -81,33 +81,30 @@ def test_build_key_covers_source_and_flags(monkeypatch):
     assert picolibc.build_key("a" * 64) != key
 
 
-def test_source_lists_come_from_picolibc_cmake_files():
-    with_exact = {p.name for p, _ in picolibc.cmake_sources(_unpacked() / "libc" / "stdio")}
+def test_source_lists_come_from_picolibc_cmake_files(unpacked):
+    with_exact = {p.name for p, _ in picolibc.cmake_sources(unpacked / "libc" / "stdio")}
     assert {"vfprintf.c", "snprintf.c", "dtoa_ryu.c"} <= with_exact
     assert "dtoa_engine.c" not in with_exact and "posixiob_stdout.c" not in with_exact
     without = {p.name for p, _ in picolibc.cmake_sources(
-        _unpacked() / "libc" / "stdio", {"__IO_FLOAT_EXACT": False})}
+        unpacked / "libc" / "stdio", {"__IO_FLOAT_EXACT": False})}
     assert "dtoa_engine.c" in without and "dtoa_ryu.c" not in without
 
 
-_UNPACKED: list[Path] = []
+@pytest.fixture(scope="module")
+def unpacked(tmp_path_factory) -> Path:
+    """picolibc's release unpacked once for this module, under pytest's temporary folder
+    (removed with it)."""
+    src, _ = picolibc.source_tarball()
+    return picolibc._unpack(src, tmp_path_factory.mktemp("picolibc-src"))
 
 
-def _unpacked() -> Path:
-    if not _UNPACKED:
-        import tempfile
-        src, _ = picolibc.source_tarball()
-        _UNPACKED.append(picolibc._unpack(src, Path(tempfile.mkdtemp(prefix="picolibc-src-"))))
-    return _UNPACKED[0]
-
-
-def test_source_override_and_missing(monkeypatch, tmp_path):
+def test_source_override_and_missing(monkeypatch, tmp_path, unpacked):
     monkeypatch.setenv("DELTACHIP_PICOLIBC", str(tmp_path / "nope.tar.gz"))
     with pytest.raises(picolibc.PicolibcError, match="no such file or folder"):
         picolibc.source_tarball()
-    monkeypatch.setenv("DELTACHIP_PICOLIBC", str(_unpacked()))
+    monkeypatch.setenv("DELTACHIP_PICOLIBC", str(unpacked))
     path, digest = picolibc.source_tarball()
-    assert path == _unpacked() and len(digest) == 64
+    assert path == unpacked and len(digest) == 64
 
 
 def test_libc_is_linked_when_a_program_includes_a_c_library_header(tmp_path):
