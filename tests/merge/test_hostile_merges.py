@@ -91,7 +91,7 @@ def test_merged_json_files_that_are_not_regular_files(tmp_path):
 def test_base_config_fields_of_the_wrong_type(bases, chips, tmp_path, changes, said):
     base = _copy(bases["tied"], tmp_path / "base")
     _config(base, **changes)
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert str(e) == f"{base / 'config.json'}: {said}"
 
 
@@ -99,13 +99,13 @@ def test_a_million_layer_config_is_refused_before_a_model_is_built(bases, chips,
     base = _copy(bases["tied"], tmp_path / "base")
     _config(base, num_hidden_layers=1_000_000, layer_types=None)
     t0 = time.perf_counter()
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert time.perf_counter() - t0 < 20
     assert str(e) == (f"{base / 'config.json'}: field 'num_hidden_layers' is 1,000,000, but the "
                       f"weights hold layers 0 to 3 (model.layers.N): the config does not fit "
                       f"the checkpoint")
     _config(base, num_hidden_layers=2, layer_types=None)
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert "field 'num_hidden_layers' is 2, but the weights hold layers 0 to 3" in str(e)
 
 
@@ -211,7 +211,7 @@ def test_the_fast_engine_applies_the_same_rules(tmp_path):
 def test_a_chip_without_its_digests_is_refused_unless_asked(bases, chips, tmp_path):
     chip = _copy(chips["counter"], tmp_path / "chip")
     (chip / "manifest.json").unlink()
-    e = _refused(bases["tied"], chip, tmp_path / "out", "")
+    e = _refused(bases["tied"], chip, tmp_path / "out")
     assert str(e) == (f"chip {chip}: no manifest.json (the size and sha256 digest of each of its "
                       f"files, written by `deltachip compile`), so a damaged weight or an edited "
                       f"chip.json would go unnoticed: recompile it with `deltachip compile`, or "
@@ -250,19 +250,19 @@ def test_non_regular_files_are_named_by_what_they_are(bases, chips, tmp_path):
     base = _copy(bases["tied"], tmp_path / "cfgdir")
     (base / "config.json").unlink()
     (base / "config.json").mkdir()
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert str(e) == f"{base / 'config.json'}: is a directory, not a regular file"
     base = _copy(bases["sharded"], tmp_path / "fifo")
     shard = base / "model-00002-of-00011.safetensors"
     shard.unlink()
     os.mkfifo(shard)
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert str(e) == (f"base {base}: shard model-00002-of-00011.safetensors is a named pipe "
                       f"(FIFO), not a regular file (model.safetensors.index.json names it)")
     base = _copy(bases["tied"], tmp_path / "stdir")
     (base / "model.safetensors").unlink()
     (base / "model.safetensors").mkdir()
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert str(e) == f"{base / 'model.safetensors'}: is a directory, not a regular file"
     chip = _copy(chips["counter"], tmp_path / "chip")
     (chip / "chip.json").unlink()
@@ -294,7 +294,7 @@ def test_files_merge_copies_are_checked_as_their_readers_take_them(bases, chips,
     not load (class 3)."""
     base = _copy(bases["tied"], tmp_path / "base")
     (base / name).write_bytes(content)
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert str(e) == f"{base / name}: {said}"
 
 
@@ -311,7 +311,7 @@ def test_a_tokenizer_file_that_is_not_a_file_is_not_skipped(bases, chips, tmp_pa
     base = _copy(bases["tied"], tmp_path / "base")
     (base / "tokenizer.json").unlink()
     make(base / "tokenizer.json")
-    e = _refused(base, chips["counter"], tmp_path / "out", "")
+    e = _refused(base, chips["counter"], tmp_path / "out")
     assert str(e) == f"{base / 'tokenizer.json'}: {said}"
 
 

@@ -95,12 +95,15 @@ def _seqsum(keys: np.ndarray, terms: np.ndarray, init: np.ndarray | None, n_out:
             ) -> tuple[np.ndarray, np.ndarray]:
     """Sums of ``terms`` by key, each from ``init[key]`` (None: 0) and over its terms in
     their order, as C's ``out[o] += term`` loop: (the keys in the order first met, their
-    sums). ``ufunc.at`` applies the terms one by one in the order given. float32."""
+    sums). ``ufunc.at`` applies the terms one by one in the order given. float32; a NaN
+    among them (the untouched mark in damaged weights, which the caller then refuses) passes
+    through silently, as in C."""
     n = len(keys)
     if n == 1 or np.bincount(keys).max() == 1:      # one term each: the order they came in
         return keys, (np.zeros(n, dtype=terms.dtype) if init is None else init[keys]) + terms
     acc = np.zeros(n_out, dtype=terms.dtype) if init is None else init.copy()
-    np.add.at(acc, keys, terms)
+    with np.errstate(invalid="ignore"):
+        np.add.at(acc, keys, terms)
     _, first = np.unique(keys, return_index=True)
     t = keys[np.sort(first)]
     return t, acc[t]
