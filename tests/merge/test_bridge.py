@@ -86,6 +86,7 @@ def test_generate_answers_a_call(model, tok, calc_elf):
     assert cache.base.get_seq_length() == len(cache.kinds) and not any(cache.kinds)
 
 
+@pytest.mark.slow       # test_bridge_qwen.py samples a batch of four in the default run
 def test_sampled_generation_keeps_the_answer_exact(model, tok, calc_elf):
     torch.manual_seed(0)
     new, _ = generate_call(model, tok, call_text("(1/3 - 1) // 2 + 2**-3"), do_sample=True,
@@ -199,15 +200,20 @@ def test_beam_search_answers_the_call(model, tok):
 @pytest.mark.parametrize("call,want", [
     ('{"name": "ruby", "arguments": {"code": "1"}}',        # to the first program, calc
      'error: unknown tool "ruby" (this computer has calc)'),
-    ('{"name": "calc", "arguments": ', "error: the call is not JSON: a value was expected"),
-    ('{"name": "calc", "arguments": {"expression": "1+"}}',
-     "error: syntax error at column 3: expected a number, '(' or gcd, found end of line"),
+    # each a whole generation (the default run keeps one; test_calc_call.py reads the same
+    # malformed calls without the model)
+    pytest.param('{"name": "calc", "arguments": ',
+                 "error: the call is not JSON: a value was expected", marks=pytest.mark.slow),
+    pytest.param('{"name": "calc", "arguments": {"expression": "1+"}}',
+                 "error: syntax error at column 3: expected a number, '(' or gcd, found end of "
+                 "line", marks=pytest.mark.slow),
 ])
 def test_malformed_calls_get_an_error_answer(model, tok, call, want):
     new, _ = generate_call(model, tok, call, do_sample=False)
     assert answer_of(tok, new) == want
 
 
+@pytest.mark.slow
 def test_a_call_of_over_256_tokens(model, tok):
     expr = "+".join(["7"] * 200)
     call = call_text(expr)
@@ -236,6 +242,7 @@ def test_text_without_calls_is_the_bases(qwen_bases, model, tok):
     assert torch.equal(lm[..., :lb.shape[-1]], lb)
 
 
+@pytest.mark.slow       # test_bridge_qwen.py decodes a batch of four in the default run
 def test_batch_of_four_with_calls_at_different_positions(model, tok):
     """Four rows decoded together, each fed its own script of tokens; rows 0-2 close a call
     at different steps (row 3 has none). A row's answer is given token by token while the
@@ -273,6 +280,7 @@ def test_batch_of_four_with_calls_at_different_positions(model, tok):
     assert got[3] == [] and cache.calls[3].log == []
 
 
+@pytest.mark.slow       # test_bridge_qwen.py runs `deltachip chat` with Qwen's template
 def test_deltachip_chat_end_to_end(merged_calc, capfd):
     """`deltachip chat`: the reply streamed on stdout with the computer's answer in it
     (the tiny model's words are noise, so the reply begins with the call), the trace line
@@ -308,6 +316,7 @@ def test_the_call_reaches_the_core_as_text_tokens(merged_calc, model, tok, calc_
         assert out == want.output and rec["tokens"] > 0
 
 
+@pytest.mark.slow       # about 1 s a token in transformers
 def test_the_fallback_on_the_chip_modules_is_the_fast_engine(bases, tmp_path):
     """Where deltachip's fast engine is not there, a call runs on the merged model's own
     chip modules, a token at a time: the same tokens, instructions and output as the fast
@@ -379,6 +388,7 @@ def test_chat_names_a_damaged_merged_model(merged_calc, tmp_path, capfd, damage,
     assert says in err and "Traceback" not in err and "merge it again" in err
 
 
+@pytest.mark.slow
 def test_chat_call_budget_and_inputs(merged_calc, capfd, monkeypatch):
     """--call-budget answers a call that needs more with an error; prompts on standard
     input are read with a bound and must be UTF-8; a prompt has a stated limit."""
