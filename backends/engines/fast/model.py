@@ -525,24 +525,31 @@ def _packed_embedding(t: Tensors | Prefixed, path: Path, H: int, dtype: str
     if bad:
         raise _damaged(path, "the structured embedding is inconsistent (its shapes, columns or "
                             f"values are not those of a {dtype} table)")
-    fixed = np.setdiff1d(np.flatnonzero(const), cols)
+    fixed = np.setdiff1d(np.flatnonzero(const), cols)       # nonzero on every row
+    F = len(fixed)
     allc = np.concatenate([fixed, cols])
     order = np.argsort(allc, kind="stable")
     allc = allc[order].astype(np.int32)
+    live = pal != 0             # the palette's values a row keeps (a -0.0 is dropped, as 0)
     V = codes.shape[0]
     counts = np.zeros(V, dtype=np.int64)
     out_c, out_v = [], []
     for r0 in range(0, V, 1 << 15):
         c = np.asarray(codes[r0:r0 + (1 << 15)])
-        idx = (np.unpackbits(c, axis=1, bitorder="little")[:, :U] if P <= 2 else c).astype(np.int64)
+        idx = np.unpackbits(c, axis=1, bitorder="little")[:, :U] if P <= 2 else c
         if P > 2 and np.any(idx >= P):
             raise _damaged(path, "the structured embedding names a palette value it lacks")
-        vals = np.concatenate([np.broadcast_to(const[fixed], (len(c), len(fixed))), pal[idx]],
-                              axis=1)[:, order]
-        nz = vals != 0
-        counts[r0:r0 + len(c)] = nz.sum(1)
-        out_c.append(np.broadcast_to(allc, vals.shape)[nz])
-        out_v.append(vals[nz].astype(np.float32))
+        # which of the row's columns (the fixed ones, then ``cols``; in column order) it keeps
+        keep = np.concatenate([np.ones((len(c), F), dtype=bool), live[idx]], axis=1)[:, order]
+        rows, at = np.nonzero(keep)
+        counts[r0:r0 + len(c)] = np.bincount(rows, minlength=len(c))
+        src = order[at]
+        vals = np.empty(len(at), dtype=np.float32)
+        fx = src < F
+        vals[fx] = const[fixed[src[fx]]]
+        vals[~fx] = pal[idx[rows[~fx], src[~fx] - F]]
+        out_c.append(allc[at])
+        out_v.append(vals)
     ptr = np.zeros(V + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr, np.concatenate(out_c), np.concatenate(out_v)
