@@ -117,7 +117,8 @@ def test_fast_reads_the_uart_input(fast, text, tmp_path):
     check_in_prefill(fast, lambda: Machine.from_elf(elf, text))
 
 
-@pytest.mark.slow       # transformers a token at a time; test_hf_batch_equals_fast_batch is the default run's rung
+# transformers a token at a time; test_hf_batch_equals_fast_batch is the default run's rung
+@pytest.mark.slow
 def test_hf_reads_the_uart_input(checkpoint, tmp_path):
     """The same in transformers (the rung below the fast engine)."""
     elf = toolchain.build([RX_ECHO], tmp_path / "rx_echo.elf")
